@@ -1,0 +1,22 @@
+package lockstore
+
+import "errors"
+
+var (
+	// ErrLocked is returned by TryLock while a live owner holds the key.
+	ErrLocked = errors.New("lockstore: locked")
+	// ErrClosed is returned by a store that is closed, and to the waiters a
+	// Close interrupts.
+	ErrClosed = errors.New("lockstore: store closed")
+	// ErrInvalidKey is returned for a key with an empty or oversized
+	// namespace or id (see Key.Validate).
+	ErrInvalidKey = errors.New("lockstore: invalid key")
+	// ErrUnavailable is returned while a store cannot reach its backend (for
+	// PostgreSQL: while a lock connection is being replaced).
+	ErrUnavailable = errors.New("lockstore: unavailable")
+	// ErrTimeout is returned when a wait for a lock ran out on the server's
+	// side (for PostgreSQL: lock_timeout).
+	ErrTimeout = errors.New("lockstore: lock wait timed out")
+	// ErrLockLost is returned by Refresh on a lock that has already ended.
+	ErrLockLost = errors.New("lockstore: lock lost")
+)
