@@ -1,0 +1,51 @@
+package middleware
+
+import "context"
+
+// Middleware runs hooks around each command handler.
+//
+// BeforeDispatch runs before the handler, in the order the middleware was
+// given; it may halt the command (Pipeline.Halt), which skips the rest of
+// the before hooks and the handler. After the handler succeeds,
+// AfterDispatch runs; after it fails, panics, or a hook halts or panics,
+// AfterFailure runs. After hooks run in reverse order, exactly once each,
+// and only for middleware whose BeforeDispatch started (the halting one
+// included), so a middleware releases exactly what its BeforeDispatch took.
+//
+// The ctx of BeforeDispatch is the command's context: it bounds waits, such
+// as the wait for a claim. The ctx of the after hooks is not cancelled when
+// the sender goes away; it ends after the runner's release timeout.
+type Middleware interface {
+	BeforeDispatch(ctx context.Context, p *Pipeline)
+	AfterDispatch(ctx context.Context, p *Pipeline)
+	AfterFailure(ctx context.Context, p *Pipeline)
+}
+
+// Hooks is a Middleware made of functions; a nil function is a no-op. It
+// suits small middleware that needs one hook or two.
+type Hooks struct {
+	Before       func(ctx context.Context, p *Pipeline)
+	AfterSuccess func(ctx context.Context, p *Pipeline)
+	AfterFail    func(ctx context.Context, p *Pipeline)
+}
+
+// BeforeDispatch calls h.Before.
+func (h Hooks) BeforeDispatch(ctx context.Context, p *Pipeline) {
+	if h.Before != nil {
+		h.Before(ctx, p)
+	}
+}
+
+// AfterDispatch calls h.AfterSuccess.
+func (h Hooks) AfterDispatch(ctx context.Context, p *Pipeline) {
+	if h.AfterSuccess != nil {
+		h.AfterSuccess(ctx, p)
+	}
+}
+
+// AfterFailure calls h.AfterFail.
+func (h Hooks) AfterFailure(ctx context.Context, p *Pipeline) {
+	if h.AfterFail != nil {
+		h.AfterFail(ctx, p)
+	}
+}

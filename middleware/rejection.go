@@ -1,0 +1,58 @@
+package middleware
+
+import "fmt"
+
+// Rejection codes: why a command was halted.
+const (
+	CodeAlreadyTaken = "already_taken"
+	CodeLocked       = "locked"
+	CodeInvalid      = "invalid"
+	CodeUnavailable  = "unavailable"
+	CodeTimeout      = "timeout"
+)
+
+// Rejection is a structured business rejection of a command: a code such as
+// "already_taken", the field it concerns, if any, and a message for people.
+// It crosses the wire as data, so a sender on another node gets a
+// *Rejection back and errors.Is and errors.As hold there too.
+//
+// errors.Is matches rejections by Code alone, so
+// errors.Is(err, ErrAlreadyTaken) holds for a rejection naming any field.
+type Rejection struct {
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Sentinel rejections, matched with errors.Is.
+var (
+	ErrAlreadyTaken error = &Rejection{Code: CodeAlreadyTaken, Message: "already taken"}
+	ErrLocked       error = &Rejection{Code: CodeLocked, Message: "resource is locked"}
+	ErrInvalid      error = &Rejection{Code: CodeInvalid, Message: "invalid command"}
+	ErrUnavailable  error = &Rejection{Code: CodeUnavailable, Message: "temporarily unavailable"}
+	ErrTimeout      error = &Rejection{Code: CodeTimeout, Message: "timed out"}
+)
+
+// Reject returns a rejection with code, naming field (may be empty), with a
+// message made of format and args.
+func Reject(code, field, format string, args ...any) *Rejection {
+	return &Rejection{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error returns "code: field: message", leaving out the empty parts.
+func (r *Rejection) Error() string {
+	s := r.Code
+	if r.Field != "" {
+		s += ": " + r.Field
+	}
+	if r.Message != "" {
+		s += ": " + r.Message
+	}
+	return s
+}
+
+// Is reports whether target is a *Rejection with the same code.
+func (r *Rejection) Is(target error) bool {
+	t, ok := target.(*Rejection)
+	return ok && t.Code == r.Code
+}

@@ -1,0 +1,140 @@
+package middleware
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+)
+
+// HandlerFunc handles the command a pipeline carries and returns its result.
+// ctx is p.Context(), carrying the command's ids (see IDsFromContext).
+type HandlerFunc func(ctx context.Context, p *Pipeline) (any, error)
+
+// DefaultReleaseTimeout bounds the after hooks of a run when
+// RunnerConfig.ReleaseTimeout is zero.
+const DefaultReleaseTimeout = 10 * time.Second
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	// Middleware runs around every command, in this order.
+	Middleware []Middleware
+	// ReleaseTimeout bounds the after hooks of one run, which get a context
+	// that the sender going away does not cancel. Default
+	// DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
+}
+
+// Validate reports every problem of the configuration.
+func (c RunnerConfig) Validate() error {
+	var errs []error
+	for i, m := range c.Middleware {
+		if m == nil {
+			errs = append(errs, fmt.Errorf("middleware: Middleware[%d] is nil", i))
+		}
+	}
+	if c.ReleaseTimeout < 0 {
+		errs = append(errs, fmt.Errorf("middleware: ReleaseTimeout is negative (%v)", c.ReleaseTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Runner runs commands through a fixed list of middleware and a handler. It
+// is safe for concurrent use.
+type Runner struct {
+	mws            []Middleware
+	releaseTimeout time.Duration
+}
+
+// NewRunner returns a runner for cfg.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Runner{
+		mws:            append([]Middleware(nil), cfg.Middleware...),
+		releaseTimeout: cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout),
+	}, nil
+}
+
+// Run carries p through the middleware and h, and returns the command's
+// response and error:
+//   - BeforeDispatch hooks run in order; a halt or a panic stops the rest and
+//     the handler;
+//   - when p.Context() is already done, the handler is skipped and the
+//     command fails with its error;
+//   - the handler's result becomes the response unless a hook responded;
+//   - after a successful handler, AfterDispatch hooks run; after a failure,
+//     a panic or a halt, AfterFailure hooks run; either runs in reverse
+//     order, once, only for middleware whose BeforeDispatch started, even
+//     when a hook panics, with a context that ctx's cancellation does not
+//     reach and that ends after the release timeout;
+//   - a panic in a hook or the handler is recovered as a *PanicError and
+//     becomes the command's error, unless an earlier error is recorded.
+//
+// ctx is the command's context; p's handler context starts as ctx when p
+// has none.
+func (r *Runner) Run(ctx context.Context, p *Pipeline, h HandlerFunc) (any, error) {
+	if p.ctx == nil {
+		p.ctx = ctx
+	}
+	started := 0
+	for _, m := range r.mws {
+		started++
+		if perr := guard("BeforeDispatch", func() { m.BeforeDispatch(ctx, p) }); perr != nil {
+			p.fail(perr)
+			break
+		}
+		if p.halted {
+			break
+		}
+	}
+
+	if p.err == nil && !p.halted {
+		hctx := p.Context()
+		if err := hctx.Err(); err != nil {
+			p.fail(fmt.Errorf("middleware: command %s not handled: %w", p.CommandName, err))
+		} else {
+			hctx = WithIDs(hctx, IDs{CorrelationID: cmp.Or(p.CorrelationID, p.CommandUUID), CausationID: p.CommandUUID})
+			var res any
+			var err error
+			if perr := guard("handler", func() { res, err = h(hctx, p) }); perr != nil {
+				p.fail(perr)
+			} else if err != nil {
+				p.fail(err)
+			} else {
+				p.Respond(res)
+			}
+		}
+	}
+
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.releaseTimeout)
+	defer cancel()
+	failed := p.err != nil || p.halted
+	for i := started - 1; i >= 0; i-- {
+		m := r.mws[i]
+		var perr error
+		if failed {
+			perr = guard("AfterFailure", func() { m.AfterFailure(actx, p) })
+		} else {
+			perr = guard("AfterDispatch", func() { m.AfterDispatch(actx, p) })
+		}
+		if perr != nil {
+			p.fail(perr)
+		}
+	}
+	return p.response, p.err
+}
+
+// guard runs f and returns its panic, if any, as a *PanicError.
+func guard(where string, f func()) (perr error) {
+	defer func() {
+		if v := recover(); v != nil {
+			perr = &PanicError{Where: where, Value: v, Stack: debug.Stack()}
+		}
+	}()
+	f()
+	return nil
+}
