@@ -1,0 +1,26 @@
+GOLANGCI_LINT_VERSION := v2.15.0
+BENCH ?= .
+PKG ?= ./...
+
+.PHONY: help test test/race bench lint tidy ci
+
+help: ## Show this help.
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-12s %s\n", $$1, $$2}'
+
+test: ## Run the tests (a throwaway PostgreSQL starts unless TEST_DATABASE_URL is set).
+	go test $(PKG)
+
+test/race: ## Run the tests under the race detector, as CI does.
+	go test -race $(PKG)
+
+bench: ## Run the benchmarks five times each (BENCH=regexp PKG=./lockstore/...).
+	go test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKG)
+
+lint: ## Run golangci-lint.
+	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
+
+tidy: ## Tidy go.mod and go.sum.
+	go mod tidy
+
+ci: ## Run what CI runs (.ci/run), installing and starting PostgreSQL.
+	bash .ci/run
