@@ -1,0 +1,36 @@
+package depcheck
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// heavy are the import path fragments of dependencies that only the backend
+// subpackages may pull in.
+var heavy = []string{"pgx", "sqlite", "modernc.org", "watermill-sql", "lib/pq"}
+
+// light are the packages whose dependency graph must contain none of them.
+var light = []string{
+	"github.com/claimbus/claimbus/lockstore",
+}
+
+func TestLightPackagesDoNotDependOnHeavyOnes(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go is not on PATH, cannot run go list")
+	}
+	for _, pkg := range light {
+		out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
+		require.NoError(t, err, "go list -deps %s:\n%s", pkg, out)
+		deps := strings.Fields(string(out))
+		require.Contains(t, deps, pkg, "go list printed no dependency list")
+		for _, dep := range deps {
+			for _, h := range heavy {
+				require.NotContains(t, dep, h, "%s depends on %s", pkg, dep)
+			}
+		}
+	}
+}
