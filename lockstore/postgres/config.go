@@ -1,0 +1,173 @@
+package postgres
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// Defaults of Config.
+const (
+	DefaultLockConns        = 2
+	DefaultSchema           = "claimbus"
+	DefaultPollInterval     = 50 * time.Millisecond
+	DefaultKeepAlive        = 5 * time.Second
+	DefaultTimeout          = 5 * time.Second
+	DefaultReconnectBackoff = time.Second
+	DefaultMaxBatch         = 512
+
+	// MaxLockConns bounds Config.LockConns.
+	MaxLockConns = 64
+	// MaxBatchLimit bounds Config.MaxBatch.
+	MaxBatchLimit = 8192
+
+	// firstPollInterval is the first wait between two tries of a key another
+	// node holds; it doubles up to Config.PollInterval.
+	firstPollInterval = time.Millisecond
+	// firstReconnectBackoff is the first wait before reconnecting a lock
+	// connection; it doubles up to Config.ReconnectBackoff.
+	firstReconnectBackoff = 10 * time.Millisecond
+	// maxIdentifierLen is PostgreSQL's NAMEDATALEN - 1.
+	maxIdentifierLen = 63
+)
+
+// Config configures a Store. The zero value is usable: every field has a
+// default.
+type Config struct {
+	// Namespaces registers namespaces under fixed numbers 0 to 99
+	// (MaxRegisteredNamespace), so that their locks are easy to read in
+	// pg_locks (classid) and cannot collide with a hashed namespace. Every
+	// node sharing the database must register the same map. No two names may
+	// share a number. Default: none; every namespace is hashed (see LockID).
+	Namespaces map[string]int32
+
+	// LockConns is the number of dedicated connections the Locker holds its
+	// session advisory locks on. Distinct keys are spread over them; a
+	// connection holds any number of locks. Default 2, at most 64.
+	LockConns int
+
+	// Schema is the schema of the fencing-token sequence (lock_token), which
+	// New creates when it is missing. Default "claimbus".
+	Schema string
+
+	// Node names this process in Held. The lock connections carry it as
+	// their application_name, which is how other nodes see it in
+	// pg_stat_activity. Default: the pool's application_name, else the host
+	// name.
+	Node string
+
+	// PollInterval is the longest wait between two tries of a key that
+	// another node holds (Lock polls pg_try_advisory_lock, starting after
+	// 1ms and doubling up to PollInterval), so it bounds how long a freed key
+	// can stay untaken. Default 50ms.
+	PollInterval time.Duration
+
+	// KeepAlive bounds how long a dead lock connection goes unnoticed: an
+	// idle lock connection is pinged after KeepAlive, and its TCP keepalive
+	// probes start after KeepAlive idle and repeat every KeepAlive. A dead
+	// connection is noticed within about KeepAlive + Timeout. Default 5s.
+	KeepAlive time.Duration
+
+	// Timeout bounds each round trip, and each connection attempt, on a lock
+	// connection. A round trip that takes longer closes the connection (its
+	// locks are lost) and the store reconnects. Default 5s.
+	Timeout time.Duration
+
+	// ReconnectBackoff is the longest wait between two attempts to replace a
+	// dead lock connection (the wait starts at 10ms and doubles). Default 1s.
+	ReconnectBackoff time.Duration
+
+	// MaxBatch is the most lock and unlock requests one round trip on a lock
+	// connection carries. Default 512, at most 8192.
+	MaxBatch int
+}
+
+// Validate reports every problem of c at once, joined with errors.Join.
+func (c Config) Validate() error {
+	var errs []error
+	byNumber := make(map[int32][]string)
+	for name, n := range c.Namespaces {
+		if err := (lockstore.Key{Namespace: name, ID: "x"}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("postgres: Config.Namespaces: name %.40q: %w", name, err))
+		}
+		if n < 0 || n > MaxRegisteredNamespace {
+			errs = append(errs, fmt.Errorf("postgres: Config.Namespaces: %q has number %d, want 0 to %d", name, n, MaxRegisteredNamespace))
+			continue
+		}
+		byNumber[n] = append(byNumber[n], name)
+	}
+	numbers := make([]int32, 0, len(byNumber))
+	for n := range byNumber {
+		numbers = append(numbers, n)
+	}
+	slices.Sort(numbers)
+	for _, n := range numbers {
+		if names := byNumber[n]; len(names) > 1 {
+			slices.Sort(names)
+			errs = append(errs, fmt.Errorf("postgres: Config.Namespaces: %q all have number %d", names, n))
+		}
+	}
+	if c.LockConns < 0 || c.LockConns > MaxLockConns {
+		errs = append(errs, fmt.Errorf("postgres: Config.LockConns is %d, want 0 (default %d) to %d", c.LockConns, DefaultLockConns, MaxLockConns))
+	}
+	if len(c.Schema) > maxIdentifierLen || !utf8.ValidString(c.Schema) || containsNUL(c.Schema) {
+		errs = append(errs, fmt.Errorf("postgres: Config.Schema %.70q is not a valid identifier (at most %d bytes of UTF-8, no NUL)", c.Schema, maxIdentifierLen))
+	}
+	if !utf8.ValidString(c.Node) || containsNUL(c.Node) {
+		errs = append(errs, errors.New("postgres: Config.Node is not valid UTF-8 without NUL"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"PollInterval", c.PollInterval},
+		{"KeepAlive", c.KeepAlive},
+		{"Timeout", c.Timeout},
+		{"ReconnectBackoff", c.ReconnectBackoff},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("postgres: Config.%s is negative (%v)", d.name, d.v))
+		}
+	}
+	if c.MaxBatch < 0 || c.MaxBatch > MaxBatchLimit {
+		errs = append(errs, fmt.Errorf("postgres: Config.MaxBatch is %d, want 0 (default %d) to %d", c.MaxBatch, DefaultMaxBatch, MaxBatchLimit))
+	}
+	return errors.Join(errs...)
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// withDefaults fills the zero fields of a valid c. applicationName is the
+// pool's application_name.
+func (c Config) withDefaults(applicationName string) Config {
+	c.LockConns = cmp.Or(c.LockConns, DefaultLockConns)
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.Node = cmp.Or(c.Node, applicationName, hostname())
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.KeepAlive = cmp.Or(c.KeepAlive, DefaultKeepAlive)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.ReconnectBackoff = cmp.Or(c.ReconnectBackoff, DefaultReconnectBackoff)
+	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	return c
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "claimbus"
+	}
+	return h
+}

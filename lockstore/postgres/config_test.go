@@ -1,0 +1,67 @@
+package postgres
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		cfg   Config
+		wants []string // substrings of the error; none means valid
+	}{
+		{name: "zero value", cfg: Config{}},
+		{name: "full", cfg: Config{
+			Namespaces: map[string]int32{"lobby": 1, "group": 2, "zero": 0, "max": 99},
+			LockConns:  4, Schema: "locks", Node: "node-a", PollInterval: time.Millisecond,
+			KeepAlive: time.Second, Timeout: time.Second, ReconnectBackoff: time.Second, MaxBatch: 10,
+		}},
+		{name: "namespace number clash", cfg: Config{Namespaces: map[string]int32{"lobby": 1, "group": 1}},
+			wants: []string{`["group" "lobby"] all have number 1`}},
+		{name: "namespace out of range", cfg: Config{Namespaces: map[string]int32{"big": 100, "neg": -1}},
+			wants: []string{`"big" has number 100, want 0 to 99`, `"neg" has number -1`}},
+		{name: "empty namespace name", cfg: Config{Namespaces: map[string]int32{"": 3}},
+			wants: []string{"empty namespace"}},
+		{name: "everything wrong at once", cfg: Config{
+			Namespaces: map[string]int32{"a": 5, "b": 5}, LockConns: -1, Schema: string(make([]byte, 64)),
+			Node: "\xff", PollInterval: -1, KeepAlive: -1, Timeout: -1, ReconnectBackoff: -1, MaxBatch: -1,
+		}, wants: []string{
+			"all have number 5", "LockConns is -1", "Config.Schema", "Config.Node", "PollInterval is negative",
+			"KeepAlive is negative", "Timeout is negative", "ReconnectBackoff is negative", "MaxBatch is -1",
+		}},
+		{name: "too many lock connections", cfg: Config{LockConns: MaxLockConns + 1}, wants: []string{"LockConns is 65"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.Validate()
+			if len(tt.wants) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, w := range tt.wants {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{}.withDefaults("app-a")
+	require.Equal(t, DefaultLockConns, c.LockConns)
+	require.Equal(t, DefaultSchema, c.Schema)
+	require.Equal(t, "app-a", c.Node)
+	require.Equal(t, DefaultPollInterval, c.PollInterval)
+	require.Equal(t, DefaultKeepAlive, c.KeepAlive)
+	require.Equal(t, DefaultTimeout, c.Timeout)
+	require.Equal(t, DefaultReconnectBackoff, c.ReconnectBackoff)
+	require.Equal(t, DefaultMaxBatch, c.MaxBatch)
+	require.Equal(t, hostname(), Config{}.withDefaults("").Node)
+	require.Equal(t, "mine", Config{Node: "mine"}.withDefaults("app-a").Node)
+}

@@ -1,0 +1,151 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// tokenSequence is the name of the fencing-token sequence in Config.Schema.
+const tokenSequence = "lock_token"
+
+// schemaLockKey is the bigint advisory lock New holds, for the length of
+// its transaction, while it creates the schema and the sequence, so that
+// nodes starting at once do not race on CREATE ... IF NOT EXISTS (which can
+// fail with a unique violation when two sessions run it together). The
+// bigint form has a key space of its own, apart from the two-int lock ids.
+const schemaLockKey int64 = 0x636c61696d627573 // "claimbus"
+
+// Store is a lockstore.Store on PostgreSQL session advisory locks, and the
+// handle Serialize and Exclusive take. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+
+	// namespaces and names are the registered namespaces (a copy of
+	// Config.Namespaces) and their reverse.
+	namespaces map[string]int32
+	names      map[int32]string
+
+	// tokenSQL is the fencing-token sequence as a regclass SQL literal.
+	tokenSQL string
+
+	// ctx is the store's own context: every round trip on a shared
+	// connection runs under it (never under a caller's), and Close cancels
+	// it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	// wg counts the goroutines the store started; Close waits for them.
+	wg sync.WaitGroup
+}
+
+// New returns a store on pool's database. It validates cfg, creates the
+// schema and the fencing-token sequence when missing (safe when many nodes
+// start at once) and connects the lock connections, which it opens with the
+// pool's connection configuration (credentials, application_name and
+// settings carry over) but outside the pool.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: New: nil pool")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	connConfig := pool.Config().ConnConfig
+	cfg = cfg.withDefaults(connConfig.RuntimeParams["application_name"])
+
+	s := &Store{
+		pool:       pool,
+		cfg:        cfg,
+		namespaces: make(map[string]int32, len(cfg.Namespaces)),
+		names:      make(map[int32]string, len(cfg.Namespaces)),
+	}
+	for name, n := range cfg.Namespaces {
+		s.namespaces[name] = n
+		s.names[n] = name
+	}
+	s.cfg.Namespaces = s.namespaces
+	seq := pgx.Identifier{cfg.Schema, tokenSequence}.Sanitize()
+	s.tokenSQL = "'" + strings.ReplaceAll(seq, "'", "''") + "'::regclass"
+
+	if err := s.createSchema(ctx); err != nil {
+		return nil, err
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// createSchema creates the schema and the sequence unless they exist. It
+// first looks (a plain read, no privilege needed beyond USAGE), and only
+// creates under a transaction-level advisory lock.
+func (s *Store) createSchema(ctx context.Context) error {
+	seq := pgx.Identifier{s.cfg.Schema, tokenSequence}.Sanitize()
+	var exists bool
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", seq).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: New: look up sequence %s: %w", seq, err)
+	}
+	if exists {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::int8)", schemaLockKey); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
+			return err
+		}
+		// CACHE 1: a session caching values would hand out tokens out of
+		// order across nodes.
+		_, err := tx.Exec(ctx, "CREATE SEQUENCE IF NOT EXISTS "+seq+" AS bigint MINVALUE 1 NO CYCLE CACHE 1")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: New: create schema %q and sequence %s: %w", s.cfg.Schema, seq, err)
+	}
+	return nil
+}
+
+// Pool returns the pool the store was made with (Serialize runs on it).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Config returns the store's configuration, defaults filled in.
+func (s *Store) Config() Config {
+	c := s.cfg
+	c.Namespaces = make(map[string]int32, len(s.namespaces))
+	for name, n := range s.namespaces {
+		c.Namespaces[name] = n
+	}
+	return c
+}
+
+// checkOpen returns lockstore.ErrClosed once Close has been called.
+func (s *Store) checkOpen() error {
+	if s.closed.Load() {
+		return lockstore.ErrClosed
+	}
+	return nil
+}
+
+// Close ends every lock the store granted (closing their Lost channels),
+// fails its waiters with lockstore.ErrClosed, closes the lock connections
+// and waits for every goroutine the store started. It does not close the
+// pool. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
