@@ -1,0 +1,25 @@
+// Package lockstoretest is the conformance suite every lockstore backend
+// passes, and the fake clock that drives leases in tests.
+//
+// A backend's test calls Run with a function that returns a fresh store:
+//
+//	func TestConformance(t *testing.T) {
+//		lockstoretest.Run(t, func(t *testing.T) lockstore.Store {
+//			store, err := lockstore.NewMemory(lockstore.MemoryConfig{})
+//			require.NoError(t, err)
+//			return store
+//		})
+//	}
+//
+// A backend whose locks are leases also calls RunLeases, giving the suite a
+// hand on the store's clock (for the memory store, a Clock from this
+// package). Connection loss is backend-specific and tested by the backend.
+//
+// Every subtest runs in parallel on its own store with fresh keys, and waits
+// on signals (channels, or the store's WaitCounter polled with a deadline of
+// Timeout), never on sleeps. The store must implement WaitCounter, so that
+// waiters can be queued in a known order.
+//
+// This package is test support: its API follows the suite's needs and is
+// not covered by the stability promise of lockstore.
+package lockstoretest

@@ -1,0 +1,196 @@
+package lockstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// lockState is where a memLock is in its life.
+type lockState uint8
+
+const (
+	held     lockState = iota + 1 // in its shard's map, the key's holder
+	released                      // ended by its own Release
+	lost                          // ended by lease expiry, Reset or Close
+)
+
+// memLock is one grant of a Memory. key, token and at never change after
+// the grant; the other fields are guarded by the shard's mutex. A held
+// memLock is the value of its key in the shard's map, and carries the key's
+// waiters.
+type memLock struct {
+	shard *memShard
+	key   Key
+	token int64
+	at    time.Time
+
+	state lockState
+	// lost is made on the first call to Lost, and closed when the lock is
+	// lost.
+	lost  chan struct{}
+	queue *waitQueue
+	lease *lease
+}
+
+var (
+	_ Lock      = (*memLock)(nil)
+	_ Refresher = (*memLock)(nil)
+)
+
+// lease is one scheduled end of a lock; Refresh replaces it with a new one.
+type lease struct {
+	timer Timer
+}
+
+// Key is the key this lock holds.
+func (l *memLock) Key() Key { return l.key }
+
+// Token is the fencing token of this grant.
+func (l *memLock) Token() int64 { return l.token }
+
+// AcquiredAt is when the store's clock granted the lock.
+func (l *memLock) AcquiredAt() time.Time { return l.at }
+
+// Lost is closed when the lock ends by lease expiry, Reset or Close. It is
+// never closed by the lock's own Release.
+func (l *memLock) Lost() <-chan struct{} {
+	s := l.shard
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.state == lost {
+			close(l.lost)
+		}
+	}
+	return l.lost
+}
+
+// Release gives the key to its next waiter, or frees it. It returns nil,
+// and does nothing, on a lock already released or lost.
+func (l *memLock) Release(context.Context) error {
+	s := l.shard
+	s.mu.Lock()
+	if l.state == held {
+		l.state = released
+		s.stopLease(l)
+		s.pass(l)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Refresh extends the lease by one TTL from now. On a store without TTL it
+// only reports whether the lock is still held. It fails with ErrLockLost on a
+// lock that was released or lost.
+func (l *memLock) Refresh(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := l.shard
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.state != held {
+		if s.closed {
+			return fmt.Errorf("lockstore: refresh %s: %w: %w", l.key, ErrLockLost, ErrClosed)
+		}
+		return fmt.Errorf("lockstore: refresh %s: %w", l.key, ErrLockLost)
+	}
+	if s.m.ttl > 0 {
+		s.stopLease(l)
+		s.startLease(l)
+	}
+	return nil
+}
+
+// failWaiters fails every waiter queued on l with err. The caller holds the
+// shard's mutex.
+func (l *memLock) failWaiters(err error) {
+	if l.queue == nil {
+		return
+	}
+	for w := l.queue.head; w != nil; w = w.next {
+		w.state = failed
+		w.err = err
+		close(w.ready)
+	}
+	l.queue = nil
+}
+
+// enqueue adds w at the back of the waiters of l's key.
+func (l *memLock) enqueue(w *waiter) {
+	if l.queue == nil {
+		l.queue = &waitQueue{}
+	}
+	l.queue.push(w)
+}
+
+// dequeue removes w, which gave up, from the waiters of l's key.
+func (l *memLock) dequeue(w *waiter) {
+	l.queue.remove(w)
+	if l.queue.n == 0 {
+		l.queue = nil
+	}
+}
+
+// waitState is where a waiter is: queued, or out of the queue with a grant
+// or an error.
+type waitState uint8
+
+const (
+	waiting waitState = iota
+	granted
+	failed
+)
+
+// waiter is one Lock call queued on a held key. Its lock is filled in, and
+// returned to the caller, when the key is handed to it. The fields after
+// lock are guarded by the shard's mutex; ready is closed when state leaves
+// waiting.
+type waiter struct {
+	lock       memLock
+	prev, next *waiter
+	ready      chan struct{}
+	state      waitState
+	err        error
+}
+
+// waitQueue is the FIFO of waiters on one key, a doubly linked list so that
+// a waiter that gives up leaves in constant time.
+type waitQueue struct {
+	head, tail *waiter
+	n          int
+}
+
+func (q *waitQueue) push(w *waiter) {
+	w.prev = q.tail
+	if q.tail == nil {
+		q.head = w
+	} else {
+		q.tail.next = w
+	}
+	q.tail = w
+	q.n++
+}
+
+func (q *waitQueue) pop() *waiter {
+	w := q.head
+	q.remove(w)
+	return w
+}
+
+func (q *waitQueue) remove(w *waiter) {
+	if w.prev == nil {
+		q.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		q.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	q.n--
+}
