@@ -1,0 +1,339 @@
+package uniqueness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// numShards is the number of independently locked parts of a Claimer's
+// table of keys, so that claims on distinct keys rarely share a mutex.
+const numShards = 64
+
+// Claimer claims values (an email, a username) on any lockstore.Locker, as
+// the seed's transaction handles do: Claim takes the key, runs a lookup
+// while holding it, and hands the caller the claim when the value is free.
+//
+// In front of the Locker, a Claimer keeps a small table of the keys that
+// claimants of this process are waiting for or holding. It is what lets a
+// claimant that finds the value taken fail every claimant queued behind it
+// in this process at once, without each running its own lookup. An entry
+// lives only while someone waits for or holds its key.
+//
+// A Claimer is safe for concurrent use. Claimants on other nodes are kept
+// apart by the Locker (for instance the PostgreSQL store); they run their
+// own lookups.
+type Claimer struct {
+	locker lockstore.Locker
+	seed   maphash.Seed
+	shards [numShards]shard
+}
+
+// shard is one part of the table of keys, padded to a cache line so that
+// two shards never share one.
+type shard struct {
+	mu   sync.Mutex
+	keys map[lockstore.Key]*keyState
+	// peak is the largest len(keys) since keys was last rebuilt.
+	peak int
+	_    [40]byte
+}
+
+// shrinkMin is the smallest peak size from which a shard's map is rebuilt
+// once most of its keys are gone: Go maps never give memory back.
+const shrinkMin = 1024
+
+// keyState is what a Claimer knows about one key while claimants of this
+// process wait for it or hold it.
+type keyState struct {
+	// refs counts the claimants between entering Claim and leaving it with
+	// an error, or releasing their claim. The entry goes at zero.
+	refs int
+	// waiting counts the claimants waiting for the Locker to grant the key.
+	waiting int
+	// gen grows each time the key settles as taken: a claimant that entered
+	// under an older generation fails with ErrAlreadyTaken when granted.
+	gen uint64
+	// settled is done when generation gen settles; waiters that have a
+	// claimant of this process ahead of them wait with it, so that a settle
+	// ends their wait at once. Nil until such a waiter needs it.
+	settled context.Context
+	cancel  context.CancelFunc
+}
+
+// statePool recycles keyStates, so that an uncontended claim does not
+// allocate one.
+var statePool = sync.Pool{New: func() any { return new(keyState) }}
+
+// NewClaimer returns a Claimer that takes keys on l.
+func NewClaimer(l lockstore.Locker) *Claimer {
+	c := &Claimer{locker: l, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].keys = make(map[lockstore.Key]*keyState)
+	}
+	return c
+}
+
+// Claim is one claimant's hold on a key: the value was free when its lookup
+// ran, and nobody else can claim it until Release.
+type Claim struct {
+	claimer *Claimer
+	sh      *shard
+	st      *keyState
+	key     lockstore.Key
+	lock    lockstore.Lock
+	taken   func(context.Context) (bool, error)
+	done    atomic.Bool
+}
+
+// Claim takes key on the Claimer's Locker, waiting first come first served
+// behind the claimants ahead of it, then runs taken while holding the key:
+//   - taken reports true: the key is released and Claim returns
+//     ErrAlreadyTaken, and every claimant queued behind this one in this
+//     process fails with ErrAlreadyTaken too, without running its lookup;
+//   - taken reports false: the caller holds the claim until its Release;
+//   - taken fails or panics: the key is released and Claim returns a
+//     wrapped error (a *middleware.PanicError for a panic) that is not
+//     ErrAlreadyTaken; the next claimant runs its own lookup.
+//
+// A claimant queued behind one that settles the key as taken (at its claim
+// or at its Release) fails with ErrAlreadyTaken as soon as it settles.
+//
+// ctx bounds the wait and the lookup; it never bounds the holding. When it
+// ends during the wait, Claim returns its error and leaves no trace. The
+// lookup must read what the holder of the claim writes, in a strongly
+// consistent store (see the package documentation).
+func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*Claim, error) {
+	switch {
+	case taken == nil:
+		return nil, errNilLookup
+	case c == nil || c.locker == nil:
+		return nil, errNilLocker
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("uniqueness: claim %s: %w", key, err)
+	}
+
+	sh := c.shardOf(key)
+	sh.mu.Lock()
+	st := sh.keys[key]
+	if st == nil {
+		st = statePool.Get().(*keyState)
+		sh.keys[key] = st
+		sh.peak = max(sh.peak, len(sh.keys))
+	}
+	st.refs++
+	st.waiting++
+	gen := st.gen
+	var settled context.Context
+	if st.refs > 1 {
+		// Another claimant of this process is ahead: wait so that its
+		// settling the key as taken ends this wait.
+		if st.settled == nil {
+			st.settled, st.cancel = context.WithCancel(context.Background())
+		}
+		settled = st.settled
+	}
+	sh.mu.Unlock()
+
+	lk, err := c.lock(ctx, key, settled)
+
+	sh.mu.Lock()
+	st.waiting--
+	if err == nil && st.gen != gen {
+		// Settled as taken while this claimant waited; it was granted before
+		// it saw the settle.
+		sh.leave(key, st)
+		sh.mu.Unlock()
+		if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil {
+			return nil, errors.Join(ErrAlreadyTaken, fmt.Errorf("uniqueness: release %s: %w", key, rerr))
+		}
+		return nil, ErrAlreadyTaken
+	}
+	if err != nil {
+		sh.leave(key, st)
+		sh.mu.Unlock()
+		if settled != nil && settled.Err() != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+			return nil, ErrAlreadyTaken
+		}
+		return nil, fmt.Errorf("uniqueness: claim %s: %w", key, err)
+	}
+	sh.mu.Unlock()
+
+	cl := &Claim{claimer: c, sh: sh, st: st, key: key, lock: lk, taken: taken}
+	isTaken, lerr := lookup(ctx, taken)
+	switch {
+	case lerr != nil:
+		rerr := cl.release(context.WithoutCancel(ctx), false)
+		return nil, errors.Join(fmt.Errorf("uniqueness: lookup for %s: %w", key, lerr), rerr)
+	case isTaken:
+		if rerr := cl.release(context.WithoutCancel(ctx), true); rerr != nil {
+			return nil, errors.Join(ErrAlreadyTaken, rerr)
+		}
+		return nil, ErrAlreadyTaken
+	}
+	return cl, nil
+}
+
+// shardOf returns the shard that keeps key.
+func (c *Claimer) shardOf(key lockstore.Key) *shard {
+	return &c.shards[maphash.String(c.seed, key.ID)%numShards]
+}
+
+// lock takes key, waiting with ctx; a non-nil settled ends the wait too.
+func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context) (lockstore.Lock, error) {
+	if settled == nil {
+		return c.locker.Lock(ctx, key)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(settled, cancel)
+	lk, err := c.locker.Lock(wctx, key)
+	stop()
+	cancel()
+	return lk, err
+}
+
+// leave forgets one claimant of key; the entry goes when it was the last.
+// sh.mu is held.
+func (sh *shard) leave(key lockstore.Key, st *keyState) {
+	st.refs--
+	if st.refs > 0 {
+		return
+	}
+	delete(sh.keys, key)
+	if st.cancel != nil {
+		st.cancel()
+	}
+	*st = keyState{}
+	statePool.Put(st)
+	if n := len(sh.keys); sh.peak >= shrinkMin && n <= sh.peak/8 {
+		fresh := make(map[lockstore.Key]*keyState, n)
+		for k, v := range sh.keys {
+			fresh[k] = v
+		}
+		sh.keys, sh.peak = fresh, n
+	}
+}
+
+// len returns the number of keys the Claimer keeps now: those that
+// claimants of this process wait for or hold.
+func (c *Claimer) len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.keys)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// waiting returns the number of claimants of this process waiting for key.
+func (c *Claimer) waiting(key lockstore.Key) int {
+	sh := c.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if st := sh.keys[key]; st != nil {
+		return st.waiting
+	}
+	return 0
+}
+
+// settle marks key as taken for every claimant that entered before now.
+// sh.mu is held.
+func (st *keyState) settle() {
+	st.gen++
+	if st.cancel != nil {
+		st.cancel()
+		st.settled, st.cancel = nil, nil
+	}
+}
+
+// lookup runs taken, turning a panic into a *middleware.PanicError.
+func lookup(ctx context.Context, taken func(context.Context) (bool, error)) (isTaken bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &middleware.PanicError{Where: "lookup", Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return taken(ctx)
+}
+
+// Release gives the claim up. When claimants of this process are waiting
+// for the key, it first runs the lookup again: if the value now exists,
+// each of them fails at once with ErrAlreadyTaken; otherwise, or when the
+// re-check fails, the next one takes its turn and runs its own lookup. With
+// nobody waiting here the re-check is skipped (a claimant arriving later
+// runs its own lookup), which keeps an uncontended claim at one lookup.
+//
+// Release always gives the key up. It returns the error of a failed
+// re-check or of the Locker's release, for logging; the claim is released
+// all the same. It is idempotent: later calls return nil. A claim whose
+// lock was lost (Lost is closed) releases the same way.
+//
+// The holder must have committed its write before calling Release: a
+// re-check that cannot see the write lets the next claimant in.
+func (cl *Claim) Release(ctx context.Context) error {
+	if cl == nil || !cl.done.CompareAndSwap(false, true) {
+		return nil
+	}
+	cl.sh.mu.Lock()
+	if cl.st.waiting == 0 {
+		cl.sh.leave(cl.key, cl.st)
+		cl.st = nil
+		cl.sh.mu.Unlock()
+		return cl.releaseLock(ctx)
+	}
+	cl.sh.mu.Unlock()
+	isTaken, err := lookup(ctx, cl.taken)
+	if err != nil {
+		isTaken = false
+		err = fmt.Errorf("uniqueness: re-check of %s on release (the next claimant runs its own lookup): %w", cl.key, err)
+	}
+	return errors.Join(err, cl.release(ctx, isTaken))
+}
+
+// release forgets the claim, settling the key as taken first when
+// settleTaken is set, then releases the lock.
+func (cl *Claim) release(ctx context.Context, settleTaken bool) error {
+	cl.done.Store(true)
+	cl.sh.mu.Lock()
+	if settleTaken {
+		cl.st.settle()
+	}
+	cl.sh.leave(cl.key, cl.st)
+	cl.st = nil
+	cl.sh.mu.Unlock()
+	return cl.releaseLock(ctx)
+}
+
+// releaseLock releases the lock under the claim.
+func (cl *Claim) releaseLock(ctx context.Context) error {
+	if err := cl.lock.Release(ctx); err != nil {
+		return fmt.Errorf("uniqueness: release %s: %w", cl.key, err)
+	}
+	return nil
+}
+
+// Key is the key this claim holds.
+func (cl *Claim) Key() lockstore.Key { return cl.key }
+
+// Token is the fencing token of the lock under the claim (see
+// lockstore.Lock.Token).
+func (cl *Claim) Token() int64 { return cl.lock.Token() }
+
+// AcquiredAt is when the lock under the claim was granted.
+func (cl *Claim) AcquiredAt() time.Time { return cl.lock.AcquiredAt() }
+
+// Lost is closed when the lock under the claim ends for any reason other
+// than Release: a lease that ran out, a lost connection, a store reset or
+// closed. The holder should stop writing; the next claimant takes its turn.
+func (cl *Claim) Lost() <-chan struct{} { return cl.lock.Lost() }

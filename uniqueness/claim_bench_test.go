@@ -1,0 +1,96 @@
+package uniqueness
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+func notTaken(context.Context) (bool, error) { return false, nil }
+
+// BenchmarkClaimRelease is Claim+Release of one key by one goroutine with a
+// lookup that returns false, on the memory store.
+func BenchmarkClaimRelease(b *testing.B) {
+	store := newMemory(b, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	ctx := context.Background()
+	k := key("ann@x.org")
+	b.ReportAllocs()
+	for b.Loop() {
+		cl, err := c.Claim(ctx, k, notTaken)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cl.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockRelease is the floor under BenchmarkClaimRelease: the memory
+// store's Lock+Release alone.
+func BenchmarkLockRelease(b *testing.B) {
+	store := newMemory(b, lockstore.MemoryConfig{})
+	ctx := context.Background()
+	k := key("ann@x.org")
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := store.Lock(ctx, k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClaimReleaseParallel claims distinct keys from every goroutine.
+func BenchmarkClaimReleaseParallel(b *testing.B) {
+	store := newMemory(b, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	ctx := context.Background()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		k := key("user" + strconv.FormatInt(next.Add(1), 10))
+		for pb.Next() {
+			cl, err := c.Claim(ctx, k, notTaken)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := cl.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkClaimReleaseHotKey has 64 goroutines claim one key, so that most
+// claims wait and every release re-checks.
+func BenchmarkClaimReleaseHotKey(b *testing.B) {
+	store := newMemory(b, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	ctx := context.Background()
+	k := key("ann@x.org")
+	b.SetParallelism(64)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			cl, err := c.Claim(ctx, k, notTaken)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := cl.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

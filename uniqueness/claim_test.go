@@ -1,0 +1,517 @@
+package uniqueness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
+	"github.com/claimbus/claimbus/middleware"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitFor is how long a test waits for an observable state.
+const waitFor = 10 * time.Second
+
+// table is a strongly consistent set of taken values, standing in for the
+// table a handler inserts into; it counts the lookups run against it.
+type table struct {
+	mu      sync.Mutex
+	rows    map[string]bool
+	lookups atomic.Int64
+}
+
+func newTable() *table { return &table{rows: make(map[string]bool)} }
+
+// taken returns the lookup of value.
+func (tb *table) taken(value string) func(context.Context) (bool, error) {
+	return func(context.Context) (bool, error) {
+		tb.lookups.Add(1)
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		return tb.rows[value], nil
+	}
+}
+
+// insert adds value and reports whether it was absent (false means a
+// duplicate got through).
+func (tb *table) insert(value string) bool {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if tb.rows[value] {
+		return false
+	}
+	tb.rows[value] = true
+	return true
+}
+
+func newMemory(t testing.TB, cfg lockstore.MemoryConfig) *lockstore.Memory {
+	t.Helper()
+	m, err := lockstore.NewMemory(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Close()) })
+	return m
+}
+
+func key(id string) lockstore.Key { return lockstore.Key{Namespace: "staff.email", ID: id} }
+
+// requireNothingHeld asserts that neither the store nor the claimer keeps
+// anything.
+func requireNothingHeld(t *testing.T, store *lockstore.Memory, c *Claimer) {
+	t.Helper()
+	held, err := store.Held(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, held)
+	require.Zero(t, c.len(), "the claimer keeps keys nobody waits for")
+}
+
+// claimResult is what a claimant started with startClaim ends with.
+type claimResult struct {
+	claim *Claim
+	err   error
+}
+
+// startClaim claims k in a goroutine and returns where its result arrives.
+func startClaim(ctx context.Context, c *Claimer, k lockstore.Key, taken func(context.Context) (bool, error)) <-chan claimResult {
+	ch := make(chan claimResult, 1)
+	go func() {
+		cl, err := c.Claim(ctx, k, taken)
+		ch <- claimResult{cl, err}
+	}()
+	return ch
+}
+
+func receive(t *testing.T, ch <-chan claimResult) claimResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(waitFor):
+		t.Fatal("claimant did not finish")
+		return claimResult{}
+	}
+}
+
+func requireWaiting(t *testing.T, c *Claimer, k lockstore.Key, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.waiting(k) == n }, waitFor, time.Millisecond,
+		"want %d claimants waiting for %s", n, k)
+}
+
+func TestClaimFreeValueHoldsTheKeyUntilRelease(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	tb := newTable()
+	ctx := context.Background()
+
+	cl, err := c.Claim(ctx, key("ann@x.org"), tb.taken("ann@x.org"))
+	require.NoError(t, err)
+	require.Equal(t, key("ann@x.org"), cl.Key())
+	require.Positive(t, cl.Token())
+	require.False(t, cl.AcquiredAt().IsZero())
+	held, err := store.Held(ctx)
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	require.Equal(t, key("ann@x.org"), held[0].Key)
+
+	_, err = store.TryLock(ctx, key("ann@x.org"))
+	require.ErrorIs(t, err, lockstore.ErrLocked, "the claim must hold the key")
+
+	require.NoError(t, cl.Release(ctx))
+	require.NoError(t, cl.Release(ctx), "Release is idempotent")
+	require.EqualValues(t, 1, tb.lookups.Load(), "nobody waited: the release re-check is skipped")
+	requireNothingHeld(t, store, c)
+}
+
+func TestClaimTakenValueReleasesAndFailsWithAlreadyTaken(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	tb := newTable()
+	tb.insert("ann@x.org")
+
+	cl, err := c.Claim(context.Background(), key("ann@x.org"), tb.taken("ann@x.org"))
+	require.Nil(t, cl)
+	require.ErrorIs(t, err, ErrAlreadyTaken)
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken, "one value for both packages")
+	var rej *middleware.Rejection
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, middleware.CodeAlreadyTaken, rej.Code)
+	requireNothingHeld(t, store, c)
+}
+
+func TestClaimLookupErrorOrPanicReleasesTheKey(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("database is down")
+	for name, lookup := range map[string]func(context.Context) (bool, error){
+		"error": func(context.Context) (bool, error) { return false, boom },
+		"panic": func(context.Context) (bool, error) { panic("lookup exploded") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			store := newMemory(t, lockstore.MemoryConfig{})
+			c := NewClaimer(store)
+
+			cl, err := c.Claim(context.Background(), key("ann@x.org"), lookup)
+			require.Nil(t, cl)
+			require.Error(t, err)
+			require.NotErrorIs(t, err, ErrAlreadyTaken)
+			require.Contains(t, err.Error(), "staff.email/ann@x.org")
+			if name == "error" {
+				require.ErrorIs(t, err, boom)
+			} else {
+				var perr *middleware.PanicError
+				require.ErrorAs(t, err, &perr)
+				require.Equal(t, "lookup exploded", perr.Value)
+			}
+			requireNothingHeld(t, store, c)
+		})
+	}
+}
+
+func TestClaimRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	ctx := context.Background()
+	free := func(context.Context) (bool, error) { return false, nil }
+
+	_, err := c.Claim(ctx, lockstore.Key{Namespace: "staff.email"}, free)
+	require.ErrorIs(t, err, lockstore.ErrInvalidKey)
+	_, err = c.Claim(ctx, key(strings.Repeat("a", lockstore.MaxIDLen+1)), free)
+	require.ErrorIs(t, err, lockstore.ErrInvalidKey)
+	_, err = c.Claim(ctx, key("ann@x.org"), nil)
+	require.ErrorIs(t, err, errNilLookup)
+	_, err = NewClaimer(nil).Claim(ctx, key("ann@x.org"), free)
+	require.ErrorIs(t, err, errNilLocker)
+
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = c.Claim(done, key("ann@x.org"), free)
+	require.ErrorIs(t, err, context.Canceled)
+	requireNothingHeld(t, store, c)
+}
+
+// The seed's release: the holder wrote the value, so every claimant queued
+// behind it fails at once, none running its own lookup.
+func TestReleaseAfterWriteFailsEveryWaiterFast(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	tb := newTable()
+	ctx := context.Background()
+	k := key("ann@x.org")
+
+	holder, err := c.Claim(ctx, k, tb.taken("ann@x.org"))
+	require.NoError(t, err)
+
+	const waiters = 20
+	var waiterLookups atomic.Int64
+	results := make([]<-chan claimResult, waiters)
+	for i := range results {
+		results[i] = startClaim(ctx, c, k, func(context.Context) (bool, error) {
+			waiterLookups.Add(1)
+			return tb.taken("ann@x.org")(ctx)
+		})
+	}
+	requireWaiting(t, c, k, waiters)
+
+	require.True(t, tb.insert("ann@x.org"))
+	require.NoError(t, holder.Release(ctx))
+
+	for _, ch := range results {
+		r := receive(t, ch)
+		require.ErrorIs(t, r.err, ErrAlreadyTaken)
+		require.Nil(t, r.claim)
+	}
+	require.Zero(t, waiterLookups.Load(), "waiters behind a settled key must not run their lookups")
+	require.EqualValues(t, 2, tb.lookups.Load(), "the claim's lookup and the release re-check")
+	requireNothingHeld(t, store, c)
+}
+
+// The holder did not write (its handler failed): the next claimant takes
+// its turn and runs its own lookup; the one after it is settled by the
+// next holder's release.
+func TestReleaseWithoutWritePassesTheTurnOn(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	tb := newTable()
+	ctx := context.Background()
+	k := key("ann@x.org")
+
+	first, err := c.Claim(ctx, k, tb.taken("ann@x.org"))
+	require.NoError(t, err)
+	second := startClaim(ctx, c, k, tb.taken("ann@x.org"))
+	require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+	third := startClaim(ctx, c, k, tb.taken("ann@x.org"))
+	requireWaiting(t, c, k, 2)
+
+	require.NoError(t, first.Release(ctx))
+	r := receive(t, second)
+	require.NoError(t, r.err, "the value is still free: the next claimant gets it")
+	require.EqualValues(t, 3, tb.lookups.Load(), "claim, re-check, second claimant's own lookup")
+
+	require.True(t, tb.insert("ann@x.org"))
+	require.NoError(t, r.claim.Release(ctx))
+	r3 := receive(t, third)
+	require.ErrorIs(t, r3.err, ErrAlreadyTaken)
+	require.EqualValues(t, 4, tb.lookups.Load(), "the third claimant fails on the re-check, without a lookup")
+	requireNothingHeld(t, store, c)
+}
+
+func TestFailedReCheckLetsTheNextClaimantRunItsLookup(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	tb := newTable()
+	ctx := context.Background()
+	k := key("ann@x.org")
+	boom := errors.New("replica unreachable")
+
+	var calls atomic.Int64
+	flaky := func(context.Context) (bool, error) {
+		if calls.Add(1) > 1 {
+			return true, boom
+		}
+		return false, nil
+	}
+	first, err := c.Claim(ctx, k, flaky)
+	require.NoError(t, err)
+	next := startClaim(ctx, c, k, tb.taken("ann@x.org"))
+	requireWaiting(t, c, k, 1)
+
+	err = first.Release(ctx)
+	require.ErrorIs(t, err, boom, "Release reports the failed re-check")
+	require.NotErrorIs(t, err, ErrAlreadyTaken)
+	r := receive(t, next)
+	require.NoError(t, r.err, "a failed re-check settles nothing")
+	require.EqualValues(t, 1, tb.lookups.Load(), "the next claimant ran its own lookup")
+	require.NoError(t, r.claim.Release(ctx))
+	requireNothingHeld(t, store, c)
+}
+
+func TestClaimantsTakeTurnsFirstComeFirstServed(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	ctx := context.Background()
+	k := key("ann@x.org")
+	free := func(context.Context) (bool, error) { return false, nil }
+
+	first, err := c.Claim(ctx, k, free)
+	require.NoError(t, err)
+	const n = 8
+	results := make([]<-chan claimResult, n)
+	for i := range results {
+		results[i] = startClaim(ctx, c, k, free)
+		require.Eventually(t, func() bool { return store.Waiting(k) == i+1 }, waitFor, time.Millisecond)
+	}
+	require.NoError(t, first.Release(ctx))
+	for i, ch := range results {
+		r := receive(t, ch)
+		require.NoError(t, r.err, "claimant %d", i)
+		for j := i + 1; j < n; j++ {
+			select {
+			case <-results[j]:
+				t.Fatalf("claimant %d got the key before claimant %d released it", j, i)
+			default:
+			}
+		}
+		require.NoError(t, r.claim.Release(ctx))
+	}
+	requireNothingHeld(t, store, c)
+}
+
+func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	tb := newTable()
+	ctx := context.Background()
+	k := key("ann@x.org")
+
+	holder, err := c.Claim(ctx, k, tb.taken("ann@x.org"))
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	waiter := startClaim(wctx, c, k, tb.taken("ann@x.org"))
+	require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+	cancel()
+	r := receive(t, waiter)
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.NotErrorIs(t, r.err, ErrAlreadyTaken)
+	require.Zero(t, c.waiting(k))
+	require.Zero(t, store.Waiting(k))
+
+	require.NoError(t, holder.Release(ctx))
+	require.EqualValues(t, 1, tb.lookups.Load(), "nobody waits any more: no re-check")
+	requireNothingHeld(t, store, c)
+}
+
+func TestClaimWaitEndsWithItsDeadline(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	ctx := context.Background()
+	k := key("ann@x.org")
+	free := func(context.Context) (bool, error) { return false, nil }
+
+	holder, err := c.Claim(ctx, k, free)
+	require.NoError(t, err)
+	// One waiter alone (no local claimant ahead of it would settle), one
+	// behind it: both end with their deadline, neither is granted.
+	for range 2 {
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err = c.Claim(dctx, k, free)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	require.NoError(t, holder.Release(ctx))
+	requireNothingHeld(t, store, c)
+}
+
+// A claim whose lease runs out passes the key on as a release does: the
+// next claimant runs its own lookup and, finding the value the lost holder
+// wrote, fails the claimants behind it at once.
+func TestLostClaimPassesOn(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Minute
+	for _, wrote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wrote=%v", wrote), func(t *testing.T) {
+			t.Parallel()
+			clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
+			store := newMemory(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
+			c := NewClaimer(store)
+			tb := newTable()
+			ctx := context.Background()
+			k := key("ann@x.org")
+
+			holder, err := c.Claim(ctx, k, tb.taken("ann@x.org"))
+			require.NoError(t, err)
+			second := startClaim(ctx, c, k, tb.taken("ann@x.org"))
+			require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+			third := startClaim(ctx, c, k, tb.taken("ann@x.org"))
+			require.Eventually(t, func() bool { return store.Waiting(k) == 2 }, waitFor, time.Millisecond)
+			if wrote {
+				require.True(t, tb.insert("ann@x.org"))
+			}
+
+			clock.Advance(ttl)
+			select {
+			case <-holder.Lost():
+			default:
+				t.Fatal("the claim's Lost channel is open after its lease ran out")
+			}
+			r2 := receive(t, second)
+			if !wrote {
+				require.NoError(t, r2.err, "the lost holder wrote nothing: the next claimant gets the key")
+				require.EqualValues(t, 2, tb.lookups.Load())
+				require.NoError(t, holder.Release(ctx), "releasing a lost claim is harmless")
+				_, err := store.TryLock(ctx, k)
+				require.ErrorIs(t, err, lockstore.ErrLocked, "the lost claim's release must not free the next owner")
+				require.NoError(t, r2.claim.Release(ctx))
+				r3 := receive(t, third)
+				require.NoError(t, r3.err)
+				require.NoError(t, r3.claim.Release(ctx))
+			} else {
+				require.ErrorIs(t, r2.err, ErrAlreadyTaken)
+				r3 := receive(t, third)
+				require.ErrorIs(t, r3.err, ErrAlreadyTaken)
+				require.EqualValues(t, 2, tb.lookups.Load(), "the third claimant fails without a lookup")
+				require.NoError(t, holder.Release(ctx))
+			}
+			requireNothingHeld(t, store, c)
+		})
+	}
+}
+
+// The seed's storm on the Claimer alone: 200 claimants, 20 values, each
+// writes on success. Exactly one claimant per value wins.
+func TestClaimStormOneWinnerPerValue(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	tb := newTable()
+	ctx := context.Background()
+
+	const claimants, values = 200, 20
+	var won, taken, duplicates atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range claimants {
+		value := fmt.Sprintf("user%02d@x.org", i%values)
+		wg.Go(func() {
+			<-start
+			cl, err := c.Claim(ctx, key(value), tb.taken(value))
+			if errors.Is(err, ErrAlreadyTaken) {
+				taken.Add(1)
+				return
+			}
+			if !assertNoError(t, err) {
+				return
+			}
+			won.Add(1)
+			if !tb.insert(value) {
+				duplicates.Add(1)
+			}
+			assertNoError(t, cl.Release(ctx))
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.EqualValues(t, values, won.Load())
+	require.EqualValues(t, claimants-values, taken.Load())
+	require.Zero(t, duplicates.Load())
+	requireNothingHeld(t, store, c)
+}
+
+// After a storm on many distinct keys, the claimer keeps nothing.
+func TestClaimerForgetsKeysNobodyWaitsFor(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, lockstore.MemoryConfig{})
+	c := NewClaimer(store)
+	ctx := context.Background()
+	free := func(context.Context) (bool, error) { return false, nil }
+
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				k := key(fmt.Sprintf("g%d-%d", g, i%250))
+				cl, err := c.Claim(ctx, k, free)
+				if !assertNoError(t, err) {
+					return
+				}
+				assertNoError(t, cl.Release(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	requireNothingHeld(t, store, c)
+	for i := range c.shards {
+		require.Less(t, c.shards[i].peak, shrinkMin+1)
+	}
+}
+
+// assertNoError reports err from any goroutine without stopping it.
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,21 @@
+package uniqueness
+
+import (
+	"errors"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+var (
+	// ErrAlreadyTaken is returned by Claimer.Claim when the value is already
+	// taken: the lookup found it, or a claimant ahead of this one in the same
+	// process found it while holding the key. It is the same value as
+	// middleware.ErrAlreadyTaken, so errors.Is matches it against the
+	// structured already_taken rejection a sender gets back.
+	ErrAlreadyTaken error = middleware.ErrAlreadyTaken
+
+	// errNilLookup is returned by Claim when the lookup function is nil.
+	errNilLookup = errors.New("uniqueness: nil lookup function (Claim needs a func(ctx) (taken bool, err error))")
+	// errNilLocker is returned by Claim on a Claimer made without a Locker.
+	errNilLocker = errors.New("uniqueness: nil Locker (give a lockstore store, such as lockstore.NewMemory)")
+)
