@@ -1,6 +1,9 @@
 package middleware
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // PanicError is a panic recovered from a hook or a handler; it becomes the
 // command's error.
@@ -24,3 +27,16 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// Errors of the command registry and the adapters, matched with errors.Is.
+var (
+	// ErrUnknownCommand is returned for a message whose command name no
+	// Registry entry has.
+	ErrUnknownCommand = errors.New("middleware: unknown command")
+	// ErrUndecodable is returned for a message whose payload does not decode
+	// into its command type.
+	ErrUndecodable = errors.New("middleware: undecodable command")
+	// ErrDuplicateCommand is returned when a command name is registered for
+	// two different types.
+	ErrDuplicateCommand = errors.New("middleware: command name registered twice")
+)

@@ -63,8 +63,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 // response and error:
 //   - BeforeDispatch hooks run in order; a halt or a panic stops the rest and
 //     the handler;
-//   - when p.Context() is already done, the handler is skipped and the
-//     command fails with its error;
+//   - when ctx or p.Context() is already done, the handler is skipped and
+//     the command fails with that context's error;
 //   - the handler's result becomes the response unless a hook responded;
 //   - after a successful handler, AfterDispatch hooks run; after a failure,
 //     a panic or a halt, AfterFailure hooks run; either runs in reverse
@@ -75,8 +75,16 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 //     becomes the command's error, unless an earlier error is recorded.
 //
 // ctx is the command's context; p's handler context starts as ctx when p
-// has none.
+// has none. The handler gets p.Context() carrying p (see
+// PipelineFromContext) and the ids of the commands it sends (see
+// IDsFromContext).
 func (r *Runner) Run(ctx context.Context, p *Pipeline, h HandlerFunc) (any, error) {
+	return r.run(ctx, p, h, nil)
+}
+
+// run is Run; then, when final is not nil, it calls final with the after
+// hooks' context (carrying p), after the last after hook.
+func (r *Runner) run(ctx context.Context, p *Pipeline, h HandlerFunc, final func(ctx context.Context)) (any, error) {
 	if p.ctx == nil {
 		p.ctx = ctx
 	}
@@ -93,21 +101,7 @@ func (r *Runner) Run(ctx context.Context, p *Pipeline, h HandlerFunc) (any, erro
 	}
 
 	if p.err == nil && !p.halted {
-		hctx := p.Context()
-		if err := hctx.Err(); err != nil {
-			p.fail(fmt.Errorf("middleware: command %s not handled: %w", p.CommandName, err))
-		} else {
-			hctx = WithIDs(hctx, IDs{CorrelationID: cmp.Or(p.CorrelationID, p.CommandUUID), CausationID: p.CommandUUID})
-			var res any
-			var err error
-			if perr := guard("handler", func() { res, err = h(hctx, p) }); perr != nil {
-				p.fail(perr)
-			} else if err != nil {
-				p.fail(err)
-			} else {
-				p.Respond(res)
-			}
-		}
+		r.handle(ctx, p, h)
 	}
 
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.releaseTimeout)
@@ -125,7 +119,44 @@ func (r *Runner) Run(ctx context.Context, p *Pipeline, h HandlerFunc) (any, erro
 			p.fail(perr)
 		}
 	}
+	if final != nil {
+		final(withPipeline(actx, p))
+	}
 	return p.response, p.err
+}
+
+// handle runs h unless ctx or the handler's context is done.
+func (r *Runner) handle(ctx context.Context, p *Pipeline, h HandlerFunc) {
+	hctx := p.Context()
+	if c := cmp.Or(doneCtx(ctx), doneCtx(hctx)); c != nil {
+		err := fmt.Errorf("middleware: command %s %s not handled: %w", p.CommandName, p.CommandUUID, c.Err())
+		if cause := context.Cause(c); cause != nil && cause != c.Err() {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		p.fail(err)
+		return
+	}
+	hctx = withPipeline(hctx, p)
+	var res any
+	var err error
+	if perr := guard("handler", func() { res, err = h(hctx, p) }); perr != nil {
+		p.fail(perr)
+		return
+	}
+	p.handled = true
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	p.Respond(res)
+}
+
+// doneCtx returns ctx when it is done, and nil otherwise.
+func doneCtx(ctx context.Context) context.Context {
+	if ctx.Err() != nil {
+		return ctx
+	}
+	return nil
 }
 
 // guard runs f and returns its panic, if any, as a *PanicError.
