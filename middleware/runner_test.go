@@ -52,8 +52,12 @@ func (m *recMW) call(hook string, ctx context.Context, p *middleware.Pipeline) {
 }
 
 func (m *recMW) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) { m.call("before", ctx, p) }
-func (m *recMW) AfterDispatch(ctx context.Context, p *middleware.Pipeline)  { m.call("afterDispatch", ctx, p) }
-func (m *recMW) AfterFailure(ctx context.Context, p *middleware.Pipeline)   { m.call("afterFailure", ctx, p) }
+func (m *recMW) AfterDispatch(ctx context.Context, p *middleware.Pipeline) {
+	m.call("afterDispatch", ctx, p)
+}
+func (m *recMW) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
+	m.call("afterFailure", ctx, p)
+}
 
 type ctxKey string
 
