@@ -1,0 +1,103 @@
+package commands
+
+import (
+	"fmt"
+	"net/mail"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on the fields of commands, in bytes of UTF-8 after trimming
+// surrounding white space (see the package documentation).
+const (
+	MaxIDLen     = 128
+	MaxEmailLen  = 254
+	MaxNameLen   = 200
+	MaxReasonLen = 500
+	MaxWordLen   = 64
+	// MaxAmount is the largest amount of one transfer, in minor units:
+	// 10^15, so that sums of many amounts stay far from overflowing int64.
+	MaxAmount int64 = 1_000_000_000_000_000
+)
+
+// fieldErr returns a *FieldError for field with a formatted reason.
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Name: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// checkText checks a free text of at most limit bytes: valid UTF-8 and no
+// control characters; required says whether it may be blank.
+func checkText(field, s string, limit int, required bool) *FieldError {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "" && required:
+		return fieldErr(field, "is required")
+	case len(s) > limit:
+		return fieldErr(field, "is %d bytes long, the limit is %d", len(s), limit)
+	case !utf8.ValidString(s):
+		return fieldErr(field, "is not valid UTF-8")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fieldErr(field, "contains a control character")
+	}
+	return nil
+}
+
+// checkID checks a required id.
+func checkID(field, id string) *FieldError {
+	if err := checkText(field, id, MaxIDLen, true); err != nil {
+		return err
+	}
+	if strings.IndexFunc(id, unicode.IsSpace) >= 0 {
+		return fieldErr(field, "contains white space")
+	}
+	return nil
+}
+
+// CheckEmail reports, as a *FieldError for field, an email address that is
+// not one bare address (local@domain, as net/mail parses it, with no
+// display name, angle brackets or comments) of at most MaxEmailLen bytes.
+// Surrounding white space is allowed and ignored.
+func CheckEmail(field, email string) error {
+	if err := checkEmail(field, email); err != nil {
+		return err
+	}
+	return nil
+}
+
+func checkEmail(field, email string) *FieldError {
+	s := strings.TrimSpace(email)
+	switch {
+	case s == "":
+		return fieldErr(field, "is required")
+	case len(s) > MaxEmailLen:
+		return fieldErr(field, "is %d bytes long, the limit is %d", len(s), MaxEmailLen)
+	case !utf8.ValidString(s):
+		return fieldErr(field, "is not valid UTF-8")
+	}
+	addr, err := mail.ParseAddress(s)
+	switch {
+	case err != nil:
+		return fieldErr(field, "is not an email address")
+	case addr.Name != "":
+		return fieldErr(field, "has a display name: give the bare address")
+	case addr.Address != s:
+		return fieldErr(field, "is not a bare address (no angle brackets, quotes or comments)")
+	}
+	at := strings.LastIndexByte(s, '@')
+	if at <= 0 || at == len(s)-1 {
+		return fieldErr(field, "is not an email address")
+	}
+	return nil
+}
+
+// firstError returns the first non-nil error, as an error that is nil
+// when all are.
+func firstError(errs ...*FieldError) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

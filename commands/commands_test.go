@@ -1,0 +1,143 @@
+package commands_test
+
+import (
+	"errors"
+	"net/mail"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/commands"
+)
+
+// validator is what every command implements.
+type validator interface{ Validate() error }
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	long := func(n int) string { return strings.Repeat("a", n) }
+	staff := func(mod func(*commands.CreateStaff)) *commands.CreateStaff {
+		c := &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann Lee"}
+		mod(c)
+		return c
+	}
+	open := func(mod func(*commands.OpenTransfer)) *commands.OpenTransfer {
+		c := &commands.OpenTransfer{TransferID: "t-1", FromWalletID: "w-1", ToWalletID: "w-2", Amount: 1250, Currency: "EUR"}
+		mod(c)
+		return c
+	}
+	keep := func(*commands.CreateStaff) {}
+	tests := []struct {
+		name  string
+		cmd   validator
+		field string // "" when valid
+	}{
+		{"staff valid", staff(keep), ""},
+		{"staff mixed case and spaces", staff(func(c *commands.CreateStaff) { c.Email = "  Ann.Lee+ops@X.Org " }), ""},
+		{"staff name of the limit", staff(func(c *commands.CreateStaff) { c.Name = long(commands.MaxNameLen) }), ""},
+		{"staff unicode name", staff(func(c *commands.CreateStaff) { c.Name = "Zoë Ñúñez" }), ""},
+		{"staff no id", staff(func(c *commands.CreateStaff) { c.StaffID = "" }), "staff_id"},
+		{"staff blank id", staff(func(c *commands.CreateStaff) { c.StaffID = "  " }), "staff_id"},
+		{"staff id with space", staff(func(c *commands.CreateStaff) { c.StaffID = "s 1" }), "staff_id"},
+		{"staff id too long", staff(func(c *commands.CreateStaff) { c.StaffID = long(commands.MaxIDLen + 1) }), "staff_id"},
+		{"staff no email", staff(func(c *commands.CreateStaff) { c.Email = "" }), "email"},
+		{"staff email without @", staff(func(c *commands.CreateStaff) { c.Email = "ann.x.org" }), "email"},
+		{"staff email without domain", staff(func(c *commands.CreateStaff) { c.Email = "ann@" }), "email"},
+		{"staff email without local part", staff(func(c *commands.CreateStaff) { c.Email = "@x.org" }), "email"},
+		{"staff display name", staff(func(c *commands.CreateStaff) { c.Email = "Ann <ann@x.org>" }), "email"},
+		{"staff angle brackets", staff(func(c *commands.CreateStaff) { c.Email = "<ann@x.org>" }), "email"},
+		{"staff two addresses", staff(func(c *commands.CreateStaff) { c.Email = "ann@x.org, bob@x.org" }), "email"},
+		{"staff comment", staff(func(c *commands.CreateStaff) { c.Email = "ann@x.org (Ann)" }), "email"},
+		{"staff space inside", staff(func(c *commands.CreateStaff) { c.Email = "ann lee@x.org" }), "email"},
+		{"staff email too long", staff(func(c *commands.CreateStaff) { c.Email = long(64) + "@" + long(190) + ".org" }), "email"},
+		{"staff email invalid utf8", staff(func(c *commands.CreateStaff) { c.Email = "ann\xff@x.org" }), "email"},
+		{"staff no name", staff(func(c *commands.CreateStaff) { c.Name = " " }), "name"},
+		{"staff name too long", staff(func(c *commands.CreateStaff) { c.Name = long(commands.MaxNameLen + 1) }), "name"},
+		{"staff name with newline", staff(func(c *commands.CreateStaff) { c.Name = "Ann\nLee" }), "name"},
+		{"staff first bad field wins", staff(func(c *commands.CreateStaff) { c.StaffID, c.Email = "", "bad" }), "staff_id"},
+
+		{"open valid", open(func(*commands.OpenTransfer) {}), ""},
+		{"open max amount", open(func(c *commands.OpenTransfer) { c.Amount = commands.MaxAmount }), ""},
+		{"open no transfer id", open(func(c *commands.OpenTransfer) { c.TransferID = "" }), "transfer_id"},
+		{"open no from", open(func(c *commands.OpenTransfer) { c.FromWalletID = "" }), "from_wallet_id"},
+		{"open no to", open(func(c *commands.OpenTransfer) { c.ToWalletID = "" }), "to_wallet_id"},
+		{"open same wallet", open(func(c *commands.OpenTransfer) { c.ToWalletID = c.FromWalletID }), "to_wallet_id"},
+		{"open zero amount", open(func(c *commands.OpenTransfer) { c.Amount = 0 }), "amount"},
+		{"open negative amount", open(func(c *commands.OpenTransfer) { c.Amount = -5 }), "amount"},
+		{"open amount over limit", open(func(c *commands.OpenTransfer) { c.Amount = commands.MaxAmount + 1 }), "amount"},
+		{"open no currency", open(func(c *commands.OpenTransfer) { c.Currency = "" }), "currency"},
+		{"open lower-case currency", open(func(c *commands.OpenTransfer) { c.Currency = "eur" }), "currency"},
+		{"open long currency", open(func(c *commands.OpenTransfer) { c.Currency = "EURO" }), "currency"},
+
+		{"approve valid", &commands.ApproveTransfer{TransferID: "t-1"}, ""},
+		{"approve no id", &commands.ApproveTransfer{}, "transfer_id"},
+		{"cancel valid", &commands.CancelTransfer{TransferID: "t-1"}, ""},
+		{"cancel with reason", &commands.CancelTransfer{TransferID: "t-1", Reason: "asked by the customer"}, ""},
+		{"cancel no id", &commands.CancelTransfer{Reason: "x"}, "transfer_id"},
+		{"cancel reason too long", &commands.CancelTransfer{TransferID: "t-1", Reason: long(commands.MaxReasonLen + 1)}, "reason"},
+
+		{"guess valid", &commands.GuessWord{LobbyID: "l-1", Word: "Éclair"}, ""},
+		{"guess no lobby", &commands.GuessWord{Word: "apple"}, "lobby_id"},
+		{"guess no word", &commands.GuessWord{LobbyID: "l-1"}, "word"},
+		{"guess two words", &commands.GuessWord{LobbyID: "l-1", Word: "apple pie"}, "word"},
+		{"guess digits", &commands.GuessWord{LobbyID: "l-1", Word: "r2d2"}, "word"},
+		{"guess too long", &commands.GuessWord{LobbyID: "l-1", Word: long(commands.MaxWordLen + 1)}, "word"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cmd.Validate()
+			if tt.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			var fe *commands.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tt.field, fe.Field())
+			require.ErrorIs(t, err, commands.ErrInvalid)
+			var named interface{ Field() string }
+			require.True(t, errors.As(err, &named), "the error names its field through a Field method")
+			require.Equal(t, "commands: invalid "+tt.field+": "+fe.Reason, err.Error())
+		})
+	}
+}
+
+func TestFieldErrorNeverQuotesTheValue(t *testing.T) {
+	t.Parallel()
+	secret := "someone.private@example.org"
+	err := (&commands.CreateStaff{StaffID: "s-1", Email: "Someone <" + secret + ">", Name: "x"}).Validate()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), secret)
+}
+
+func FuzzCheckEmail(f *testing.F) {
+	for _, s := range []string{
+		"ann@x.org", " Ann@X.ORG ", "a@b", "Ann <ann@x.org>", "<a@b>", "a@b, c@d", `"a b"@x.org`,
+		"a@[127.0.0.1]", "ann@x.org (c)", "", "@", "a@", "@b", "ünï@cödé.org", "a\x00@b", "a@b\r\n",
+		"=?utf-8?q?Ann?= <a@b>", "a.@b", ".a@b", "a..b@c", "İSTANBUL@X.ORG",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		err := commands.CheckEmail("email", s)
+		if err != nil {
+			var fe *commands.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, "email", fe.Field())
+			return
+		}
+		trimmed := strings.TrimSpace(s)
+		require.NotEmpty(t, trimmed)
+		require.LessOrEqual(t, len(trimmed), commands.MaxEmailLen)
+		addr, perr := mail.ParseAddress(trimmed)
+		require.NoError(t, perr)
+		require.Empty(t, addr.Name)
+		require.Equal(t, trimmed, addr.Address, "an accepted address is bare")
+		at := strings.LastIndexByte(trimmed, '@')
+		require.Positive(t, at)
+		require.Less(t, at, len(trimmed)-1)
+		require.NoError(t, commands.CheckEmail("email", trimmed), "trimming keeps an address valid")
+	})
+}

@@ -1,0 +1,34 @@
+// Package commands holds the commands of the example domain: staff
+// (CreateStaff), wallet transfers (OpenTransfer, ApproveTransfer,
+// CancelTransfer) and the word-guessing lobby (GuessWord).
+//
+// Each command has a Validate method that checks what can be checked
+// without a database: ids present, an email address that is one bare
+// address, sizes within the limits below, a positive amount. Validate
+// returns nil or a *FieldError naming the first field, in the order the
+// struct declares them, that fails; its Field method gives the field's
+// JSON name, so a validation middleware can answer
+// {"code":"invalid","field":"email"} without knowing the command.
+//
+// # Limits
+//
+// Sizes are in bytes of UTF-8 and apply after surrounding white space is
+// trimmed:
+//
+//   - ids (StaffID, TransferID, wallet and lobby ids): 1 to MaxIDLen;
+//   - Email: 3 to MaxEmailLen (RFC 5321's limit on a path), one address
+//     as net/mail parses it, no display name, no angle brackets, no
+//     comments;
+//   - Name: 1 to MaxNameLen, no control characters;
+//   - Currency: three upper-case ASCII letters (ISO 4217 alphabetic code);
+//   - Amount: in minor units (cents), 1 to MaxAmount;
+//   - Reason (CancelTransfer): 0 to MaxReasonLen, no control characters;
+//   - Word (GuessWord): 1 to MaxWordLen, letters only.
+//
+// Values are validated, not changed: the handler stores the normalised
+// form (for an email, trimmed and lower-cased, as uniqueness.NormalizeEmail
+// does), and the uniqueness claims use the same normalisation.
+//
+// This package imports nothing of claimbus: commands are plain data that
+// any transport can carry.
+package commands

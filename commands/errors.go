@@ -1,0 +1,25 @@
+package commands
+
+import "errors"
+
+// FieldError is the reason a command is invalid: the field at fault (its
+// JSON name) and what is wrong with it.
+type FieldError struct {
+	// Name is the JSON name of the field, such as "email".
+	Name string
+	// Reason says what is wrong, for people; it never quotes the value.
+	Reason string
+}
+
+// Field returns the JSON name of the field at fault.
+func (e *FieldError) Field() string { return e.Name }
+
+// Error returns "commands: invalid <field>: <reason>".
+func (e *FieldError) Error() string { return "commands: invalid " + e.Name + ": " + e.Reason }
+
+// Is reports whether target is ErrInvalid, so that any field error
+// matches it with errors.Is.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// ErrInvalid is matched by every *FieldError (errors.Is).
+var ErrInvalid = errors.New("commands: invalid command")
