@@ -1,0 +1,244 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// Lifecycle states of a Bus.
+const (
+	stateNew = iota
+	stateRunning
+	stateClosed
+)
+
+// Bus dispatches commands to their handlers through Watermill and carries
+// their outcome back. Register handlers with Handle, then Start (or Run);
+// Dispatch and Send work while the bus runs; Close stops it. A Bus is safe
+// for concurrent use.
+type Bus struct {
+	cfg        Config
+	runner     *middleware.Runner
+	local      bool // no Publisher: commands are handled in process
+	replyTopic string
+	logger     watermill.LoggerAdapter
+
+	// mu guards state, handlers and the starting of goroutines counted by
+	// inflight, so that Close never waits while one is being added.
+	mu       sync.RWMutex
+	state    int
+	handlers map[string]*entry // by command name
+
+	sem      chan struct{} // HandlerConcurrency slots
+	inflight sync.WaitGroup
+	loops    sync.WaitGroup // topic loops of command subscriptions
+
+	runCtx     context.Context // the context handlers run in
+	cancelRuns context.CancelFunc
+	stopLoops  chan struct{}      // closed by Close: command loops stop reading
+	cancelSubs context.CancelFunc // ends the command subscriptions
+	replyLoop  sync.WaitGroup
+	cancelRepl context.CancelFunc // ends the reply subscription
+
+	waiters waiters
+	topics  sync.Map // command name → topic
+}
+
+// New returns a bus for cfg, which must be valid (see Config.Validate).
+func New(cfg Config) (*Bus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	runner, err := middleware.NewRunner(middleware.RunnerConfig{
+		Middleware:     cfg.Middleware,
+		ReleaseTimeout: cfg.ReleaseTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &Bus{
+		cfg:        cfg,
+		runner:     runner,
+		local:      cfg.Publisher == nil,
+		replyTopic: cfg.ReplyTopic(cfg.NodeID),
+		logger:     cfg.Logger.With(watermill.LogFields{"bus_node": cfg.NodeID}),
+		handlers:   make(map[string]*entry),
+		sem:        make(chan struct{}, cfg.HandlerConcurrency),
+		stopLoops:  make(chan struct{}),
+	}
+	b.waiters.m = make(map[string]chan reply)
+	b.runCtx, b.cancelRuns = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// NodeID returns the id of this bus instance.
+func (b *Bus) NodeID() string { return b.cfg.NodeID }
+
+// ReplyTopic returns the topic this bus receives its replies on.
+func (b *Bus) ReplyTopic() string { return b.replyTopic }
+
+// Marshaler returns the marshaler the bus encodes and names commands with.
+func (b *Bus) Marshaler() cqrs.CommandEventMarshaler { return b.cfg.Marshaler }
+
+// CommandName returns the name cmd travels under, which selects its
+// handler and its topic.
+func (b *Bus) CommandName(cmd any) string { return b.cfg.Marshaler.Name(cmd) }
+
+// Pending returns how many Dispatch calls wait for a reply.
+func (b *Bus) Pending() int { return b.waiters.len() }
+
+// Start subscribes to the topic of every registered command and to this
+// bus's reply topic, and starts handling commands. ctx bounds the
+// subscribing only. Handle fails after Start; Dispatch and Send fail
+// before it with ErrNotStarted.
+func (b *Bus) Start(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateRunning:
+		return ErrStarted
+	case stateClosed:
+		return ErrClosed
+	}
+	if b.local {
+		b.state = stateRunning
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bus: start: %w", err)
+	}
+
+	// The subscriptions live until Close, not until ctx ends.
+	subCtx, cancelSubs := context.WithCancel(context.WithoutCancel(ctx))
+	replCtx, cancelRepl := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancelSubs, b.cancelRepl = cancelSubs, cancelRepl
+
+	replies, err := b.cfg.ReplySubscriber.Subscribe(replCtx, b.replyTopic)
+	if err != nil {
+		cancelSubs()
+		cancelRepl()
+		return fmt.Errorf("bus: subscribe to reply topic %q: %w", b.replyTopic, err)
+	}
+	// One subscription per topic; commands sharing a topic share it.
+	var subs []<-chan *message.Message
+	seen := make(map[string]bool, len(b.handlers))
+	for _, e := range b.handlers {
+		if seen[e.topic] {
+			continue
+		}
+		seen[e.topic] = true
+		ch, err := b.cfg.Subscriber.Subscribe(subCtx, e.topic)
+		if err != nil {
+			cancelSubs()
+			cancelRepl()
+			return fmt.Errorf("bus: subscribe to %q for %s: %w", e.topic, e.name, err)
+		}
+		subs = append(subs, ch)
+	}
+
+	b.replyLoop.Add(1)
+	go b.receiveReplies(replCtx, replies)
+	for _, ch := range subs {
+		b.loops.Add(1)
+		go b.receiveCommands(ch)
+	}
+	b.state = stateRunning
+	return nil
+}
+
+// Run starts the bus, blocks until ctx ends, then closes the bus.
+func (b *Bus) Run(ctx context.Context) error {
+	if err := b.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return b.Close()
+}
+
+// Close stops the bus and waits for every goroutine it started. In order:
+// Dispatch and Send fail with ErrClosed from now on; command subscriptions
+// stop taking messages; running handlers finish, reply and ack (after
+// CloseTimeout their context is cancelled, and Close waits for them to
+// return); the subscriptions end; a Dispatch still waiting gets ErrClosed.
+// Close is idempotent; it does not close the Publisher and Subscriber the
+// bus was given.
+func (b *Bus) Close() error {
+	b.mu.Lock()
+	if b.state == stateClosed {
+		b.mu.Unlock()
+		return nil
+	}
+	wasRunning := b.state == stateRunning
+	b.state = stateClosed
+	b.mu.Unlock()
+
+	if wasRunning {
+		close(b.stopLoops)
+		b.loops.Wait()
+		b.waitInflight()
+		if b.cancelSubs != nil {
+			b.cancelSubs()
+			b.cancelRepl()
+			b.replyLoop.Wait()
+		}
+	}
+	b.cancelRuns()
+	b.waiters.failAll(ErrClosed)
+	return nil
+}
+
+// waitInflight waits for running handlers, cancelling their context after
+// CloseTimeout.
+func (b *Bus) waitInflight() {
+	done := make(chan struct{})
+	go func() {
+		b.inflight.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(b.cfg.CloseTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		b.logger.Info("Close timeout: cancelling running handlers", nil)
+		b.cancelRuns()
+		<-done
+	}
+}
+
+// begin counts one handler run that is about to start, unless the bus is
+// not running.
+func (b *Bus) begin() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	switch b.state {
+	case stateNew:
+		return ErrNotStarted
+	case stateClosed:
+		return ErrClosed
+	}
+	b.inflight.Add(1)
+	return nil
+}
+
+// errState reports why commands cannot be sent now, if so.
+func (b *Bus) errState() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	switch b.state {
+	case stateNew:
+		return ErrNotStarted
+	case stateClosed:
+		return ErrClosed
+	}
+	return nil
+}

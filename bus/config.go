@@ -1,0 +1,195 @@
+package bus
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// Defaults of Config.
+const (
+	// DefaultHandlerConcurrency is how many commands one bus handles at
+	// once when Config.HandlerConcurrency is zero.
+	DefaultHandlerConcurrency = 64
+	// DefaultCloseTimeout is how long Close lets running handlers finish
+	// before it cancels their context, when Config.CloseTimeout is zero.
+	DefaultCloseTimeout = 30 * time.Second
+)
+
+// TopicFunc names a topic: the topic of a command from the command's name,
+// or the reply topic of a bus from its node id.
+type TopicFunc func(name string) string
+
+// DefaultCommandTopic is the default Config.CommandTopic: "command." and
+// the command's name.
+func DefaultCommandTopic(commandName string) string { return "command." + commandName }
+
+// DefaultReplyTopic is the default Config.ReplyTopic: "reply." and the
+// node id.
+func DefaultReplyTopic(nodeID string) string { return "reply." + nodeID }
+
+// typeNames caches DefaultName per dynamic type.
+var typeNames sync.Map // reflect.Type → string
+
+// DefaultName is the name function of the default marshaler: the command's
+// package name and type name, such as "commands.CreateStaff", for a value
+// or a pointer alike (cqrs.FullyQualifiedStructName, cached per type). A
+// middleware registry of command types agrees with the bus when it names
+// commands with this function, or with Bus.CommandName.
+func DefaultName(cmd any) string {
+	t := reflect.TypeOf(cmd)
+	if n, ok := typeNames.Load(t); ok {
+		return n.(string)
+	}
+	n := cqrs.FullyQualifiedStructName(cmd)
+	typeNames.Store(t, n)
+	return n
+}
+
+// DefaultMarshaler returns the marshaler a bus uses when Config.Marshaler
+// is nil: JSON payloads, names from DefaultName, UUID message ids.
+func DefaultMarshaler() cqrs.CommandEventMarshaler {
+	return cqrs.JSONMarshaler{GenerateName: DefaultName, NewUUID: uuid.NewString}
+}
+
+// Config configures a Bus. The zero Config is a working in-process bus.
+type Config struct {
+	// Publisher publishes commands and Subscriber receives them; set both or
+	// neither. Commands of one name go to the topic CommandTopic names.
+	//
+	// Default (both nil): in process. Dispatch and Send hand each command to
+	// its handler inside this process and its reply straight back, through
+	// the same marshaling, middleware and reply encoding as over a
+	// transport: a bus on a private GoChannel that nothing else can reach,
+	// without the GoChannel's copies, goroutines and subscriptions.
+	//
+	// The bus never closes a Publisher or Subscriber it is given; their
+	// owner does, after Close. For several nodes use a transport with
+	// competing consumers, such as bus/sqltransport: a GoChannel delivers
+	// every message to every subscriber.
+	Publisher  message.Publisher
+	Subscriber message.Subscriber
+
+	// ReplyPublisher publishes replies and ReplySubscriber receives them on
+	// this bus's reply topic; set both or neither. Default: Publisher and
+	// Subscriber. They need Publisher and Subscriber.
+	ReplyPublisher  message.Publisher
+	ReplySubscriber message.Subscriber
+
+	// Marshaler encodes commands and names them. Default DefaultMarshaler().
+	// The name of a command (Marshaler.Name) selects its handler and topic.
+	Marshaler cqrs.CommandEventMarshaler
+
+	// Middleware runs around every command this bus handles, in this order,
+	// through a middleware.Runner.
+	Middleware []middleware.Middleware
+
+	// ReleaseTimeout bounds the after hooks of one command. Default
+	// middleware.DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
+
+	// NodeID names this bus instance; its reply topic is ReplyTopic(NodeID),
+	// so it must be unique among the buses sharing a transport. Default: a
+	// random UUID (fine in process; a durable transport wants a stable id,
+	// see bus/sqltransport).
+	NodeID string
+
+	// CommandTopic names the topic of a command from its name. Default
+	// DefaultCommandTopic. Every node must agree on it.
+	CommandTopic TopicFunc
+
+	// ReplyTopic names this bus's reply topic from NodeID. Default
+	// DefaultReplyTopic. Every node must agree on it.
+	ReplyTopic TopicFunc
+
+	// HandlerConcurrency bounds how many commands this bus handles at once;
+	// more wait (a Send blocks, a message stays unread). Default
+	// DefaultHandlerConcurrency. A transport may handle fewer: watermill-sql
+	// hands over one message per subscription at a time.
+	HandlerConcurrency int
+
+	// CloseTimeout is how long Close waits for running handlers before it
+	// cancels their context (and then waits for them to return). Default
+	// DefaultCloseTimeout.
+	CloseTimeout time.Duration
+
+	// PoisonTopic, when set, receives (through Publisher) a command message
+	// that cannot be handled, an unknown name or an undecodable payload,
+	// when no sender waits for its reply; metadata "reason_poisoned" says
+	// why. Default: such a message is logged and dropped. A sender that
+	// waits gets an invalid rejection instead (middleware.ErrInvalid).
+	PoisonTopic string
+
+	// Logger logs what the bus cannot return to a caller (a reply that
+	// cannot be published, a dropped message). Default watermill.NopLogger.
+	// For log/slog, use watermill.NewSlogLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// Validate reports every problem of the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if (c.Publisher == nil) != (c.Subscriber == nil) {
+		errs = append(errs, errors.New("bus: Publisher and Subscriber must be set together"))
+	}
+	if (c.ReplyPublisher == nil) != (c.ReplySubscriber == nil) {
+		errs = append(errs, errors.New("bus: ReplyPublisher and ReplySubscriber must be set together"))
+	}
+	if c.ReplyPublisher != nil && c.Publisher == nil {
+		errs = append(errs, errors.New("bus: ReplyPublisher and ReplySubscriber need Publisher and Subscriber"))
+	}
+	if c.PoisonTopic != "" && c.Publisher == nil {
+		errs = append(errs, errors.New("bus: PoisonTopic needs a Publisher"))
+	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			errs = append(errs, fmt.Errorf("bus: Middleware[%d] is nil", i))
+		}
+	}
+	if c.ReleaseTimeout < 0 {
+		errs = append(errs, fmt.Errorf("bus: ReleaseTimeout is negative (%v)", c.ReleaseTimeout))
+	}
+	if c.HandlerConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("bus: HandlerConcurrency is negative (%d)", c.HandlerConcurrency))
+	}
+	if c.CloseTimeout < 0 {
+		errs = append(errs, fmt.Errorf("bus: CloseTimeout is negative (%v)", c.CloseTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Marshaler == nil {
+		c.Marshaler = DefaultMarshaler()
+	}
+	if c.ReplyPublisher == nil {
+		c.ReplyPublisher, c.ReplySubscriber = c.Publisher, c.Subscriber
+	}
+	if c.NodeID == "" {
+		c.NodeID = uuid.NewString()
+	}
+	if c.CommandTopic == nil {
+		c.CommandTopic = DefaultCommandTopic
+	}
+	if c.ReplyTopic == nil {
+		c.ReplyTopic = DefaultReplyTopic
+	}
+	c.ReleaseTimeout = cmp.Or(c.ReleaseTimeout, middleware.DefaultReleaseTimeout)
+	c.HandlerConcurrency = cmp.Or(c.HandlerConcurrency, DefaultHandlerConcurrency)
+	c.CloseTimeout = cmp.Or(c.CloseTimeout, DefaultCloseTimeout)
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	return c
+}

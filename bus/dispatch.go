@@ -1,0 +1,211 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// Dispatch sends cmd to its handler and waits for the outcome: the
+// handler's result decoded into an R, its error, or the rejection of a
+// halted command, with a zero R. Errors come back as data, so
+// errors.Is(err, middleware.ErrAlreadyTaken) and errors.As(err,
+// &rejection) hold whichever node handled the command; any other handler
+// error is a *middleware.RemoteError carrying its message.
+//
+// The command's UUID is new; its correlation and causation ids come from
+// ctx (middleware.IDsFromContext): inside a handler, a dispatched command
+// keeps the correlation id and is caused by the command being handled.
+// Otherwise it starts a correlation of its own.
+//
+// When ctx ends first, Dispatch returns a *TimeoutError naming the command
+// id, matching ctx's error and middleware.ErrTimeout, and leaves nothing
+// pending: a late reply is dropped. The command may still be handled.
+//
+// Dispatch fails with ErrNotStarted before Start, ErrClosed after Close,
+// and, on an in-process bus, ErrNoHandler for a command without a handler
+// (through a transport, such a command waits for a handler until ctx
+// ends).
+func Dispatch[R any](ctx context.Context, b *Bus, cmd any) (R, error) {
+	r, id, name, err := b.dispatch(ctx, cmd)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return decodeReply[R](r, id, name)
+}
+
+// dispatch sends cmd and waits for its reply.
+func (b *Bus) dispatch(ctx context.Context, cmd any) (r reply, id, name string, err error) {
+	msg, name, err := b.newMessage(ctx, cmd)
+	if err != nil {
+		return reply{}, "", name, err
+	}
+	id = msg.UUID
+	if err := ctx.Err(); err != nil {
+		return reply{}, id, name, timeoutError(ctx, id, name)
+	}
+	ch, err := b.waiters.add(id)
+	if err != nil {
+		return reply{}, id, name, err
+	}
+	if b.local {
+		err = b.handleLocal(ctx, msg, name, func(r reply) { b.waiters.deliver(id, r) })
+	} else {
+		msg.Metadata.Set(MetadataReplyTo, b.replyTopic)
+		err = b.publish(ctx, msg, name)
+	}
+	if err != nil {
+		if b.waiters.remove(id) {
+			replyChans.Put(ch)
+		}
+		return reply{}, id, name, err
+	}
+	r, err = b.wait(ctx, ch, id, name)
+	return r, id, name, err
+}
+
+// Send sends cmd to its handler and returns once it is handed over (on an
+// in-process bus: once a handler slot is free; through a transport: once
+// it is published). Nobody waits for the outcome: a handler error is
+// logged by the node that handles it. Ids are set as by Dispatch.
+func (b *Bus) Send(ctx context.Context, cmd any) error {
+	msg, name, err := b.newMessage(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if b.local {
+		return b.handleLocal(ctx, msg, name, nil)
+	}
+	return b.publish(ctx, msg, name)
+}
+
+// newMessage checks the bus can send, and encodes cmd with its ids.
+func (b *Bus) newMessage(ctx context.Context, cmd any) (*message.Message, string, error) {
+	if cmd == nil {
+		return nil, "", ErrNilCommand
+	}
+	if err := b.errState(); err != nil {
+		return nil, "", err
+	}
+	name := b.cfg.Marshaler.Name(cmd)
+	if b.local && b.handlers[name] == nil {
+		return nil, name, fmt.Errorf("%w: %s", ErrNoHandler, name)
+	}
+	msg, err := b.cfg.Marshaler.Marshal(cmd)
+	if err != nil {
+		return nil, name, fmt.Errorf("bus: cannot encode %s: %w", name, err)
+	}
+	if msg.UUID == "" {
+		return nil, name, fmt.Errorf("bus: the marshaler gave %s no message UUID", name)
+	}
+	ids, _ := middleware.IDsFromContext(ctx)
+	if ids.CorrelationID == "" {
+		ids.CorrelationID = msg.UUID
+	}
+	msg.Metadata.Set(middleware.MetadataCorrelationID, ids.CorrelationID)
+	if ids.CausationID != "" {
+		msg.Metadata.Set(middleware.MetadataCausationID, ids.CausationID)
+	}
+	return msg, name, nil
+}
+
+// publish publishes msg on the topic of command name.
+func (b *Bus) publish(ctx context.Context, msg *message.Message, name string) error {
+	topic, ok := b.topics.Load(name)
+	if !ok {
+		topic, _ = b.topics.LoadOrStore(name, b.cfg.CommandTopic(name))
+	}
+	msg.SetContext(ctx)
+	if err := b.cfg.Publisher.Publish(topic.(string), msg); err != nil {
+		return fmt.Errorf("bus: publish %s (id %s): %w", name, msg.UUID, err)
+	}
+	return nil
+}
+
+// handleLocal runs msg through its handler in a goroutine of the bus, and
+// gives its reply to done, if any, once a handler slot is free.
+func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string, done func(reply)) error {
+	if err := b.begin(); err != nil {
+		return err
+	}
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		b.inflight.Done()
+		return timeoutError(ctx, msg.UUID, name)
+	}
+	go func() {
+		defer b.inflight.Done()
+		defer func() { <-b.sem }()
+		r, poison := b.process(msg)
+		if done != nil {
+			done(r)
+			return
+		}
+		b.dropped(msg, r, poison)
+	}()
+	return nil
+}
+
+// receiveCommands hands the messages of one command subscription to
+// handler goroutines, until Close.
+func (b *Bus) receiveCommands(ch <-chan *message.Message) {
+	defer b.loops.Done()
+	for {
+		select {
+		case <-b.stopLoops:
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			select {
+			case b.sem <- struct{}{}:
+			case <-b.stopLoops:
+				// Left unacked: the subscription's end gives it back to
+				// the transport.
+				return
+			}
+			b.inflight.Add(1)
+			go func() {
+				defer b.inflight.Done()
+				defer func() { <-b.sem }()
+				b.handleMessage(msg)
+			}()
+		}
+	}
+}
+
+// handleMessage handles a command from a subscription, replies, then acks.
+func (b *Bus) handleMessage(msg *message.Message) {
+	r, poison := b.process(msg)
+	if replyTo := msg.Metadata.Get(MetadataReplyTo); replyTo != "" {
+		b.sendReply(msg, replyTo, r)
+	} else {
+		b.dropped(msg, r, poison)
+	}
+	msg.Ack()
+}
+
+// dropped deals with the outcome of a command nobody waits for: a poison
+// message goes to the poison topic or the log, a failure to the log.
+func (b *Bus) dropped(msg *message.Message, r reply, poison string) {
+	fields := watermill.LogFields{"command_id": msg.UUID, "command_name": msg.Metadata.Get(middleware.MetadataCommandName)}
+	switch {
+	case poison != "" && b.cfg.PoisonTopic != "":
+		pm := msg.Copy()
+		pm.Metadata.Set(MetadataPoisonReason, poison)
+		if err := b.cfg.Publisher.Publish(b.cfg.PoisonTopic, pm); err != nil {
+			b.logger.Error("Cannot publish a poison message; dropping it", err, fields)
+		}
+	case poison != "":
+		b.logger.Error("Dropping a command that cannot be handled", nil, fields.Add(watermill.LogFields{"reason": poison}))
+	case len(r.errb) > 0:
+		b.logger.Info("A sent command failed", fields.Add(watermill.LogFields{"error": middleware.UnmarshalError(r.errb).Error()}))
+	}
+}

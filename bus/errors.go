@@ -1,0 +1,59 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// Errors returned by the bus, matched with errors.Is.
+var (
+	// ErrNotStarted is returned by Dispatch and Send before Start or Run.
+	ErrNotStarted = errors.New("bus: not started")
+	// ErrClosed is returned by Dispatch and Send once Close has begun, and by
+	// a Dispatch still waiting for its reply when the bus closes.
+	ErrClosed = errors.New("bus: closed")
+	// ErrStarted is returned by Handle after Start: handlers are registered
+	// before the bus starts.
+	ErrStarted = errors.New("bus: already started")
+	// ErrDuplicateHandler is returned by Handle for a command name that
+	// already has a handler.
+	ErrDuplicateHandler = errors.New("bus: duplicate handler")
+	// ErrNoHandler is returned by Dispatch and Send on an in-process bus (no
+	// Publisher configured) for a command that has no handler.
+	ErrNoHandler = errors.New("bus: no handler for command")
+	// ErrNilCommand is returned by Dispatch and Send for a nil command.
+	ErrNilCommand = errors.New("bus: nil command")
+	// ErrUndecodableReply is returned by Dispatch when the reply's result
+	// cannot be decoded into the R the sender asked for.
+	ErrUndecodableReply = errors.New("bus: undecodable reply")
+)
+
+// TimeoutError is returned by a Dispatch whose ctx ended before the reply
+// came. The command may still be handled; its reply, if any, is dropped.
+//
+// errors.Is matches it with the context's error (context.DeadlineExceeded
+// or context.Canceled) and with middleware.ErrTimeout.
+type TimeoutError struct {
+	// CommandID is the command's UUID, which is also its operation id.
+	CommandID string
+	// CommandName is the command's name on the wire.
+	CommandName string
+	// Err is the context's error.
+	Err error
+}
+
+// Error names the command and its id.
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("bus: no reply to command %s (id %s): %v", e.CommandName, e.CommandID, e.Err)
+}
+
+// Unwrap returns the context's error and middleware.ErrTimeout.
+func (e *TimeoutError) Unwrap() []error { return []error{e.Err, middleware.ErrTimeout} }
+
+// timeoutError returns the error of a Dispatch whose ctx ended.
+func timeoutError(ctx context.Context, id, name string) error {
+	return &TimeoutError{CommandID: id, CommandName: name, Err: ctx.Err()}
+}

@@ -1,0 +1,99 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// entry is the handler of one command name.
+type entry struct {
+	name   string
+	topic  string
+	newCmd func() any
+	call   middleware.HandlerFunc
+}
+
+// Handle registers h as the handler of commands of type C, under the name
+// the bus's marshaler gives a *C. It fails with ErrDuplicateHandler when
+// that name already has a handler, and with ErrStarted once the bus has
+// started.
+//
+// h gets a *C decoded from the command message, and the context of the
+// pipeline run (middleware.Pipeline.Context), which carries the command's
+// ids (middleware.IDsFromContext): a command h dispatches with it inherits
+// the correlation id and is caused by this command. It is not the
+// message's context: the transport's own transaction, if any, is not in it,
+// so h writes through its own pool or transaction and its writes commit
+// before the after hooks release the claims. The bus cancels it only when
+// Close gives up waiting (Config.CloseTimeout).
+//
+// h's result travels to the sender as JSON, and its error as
+// middleware.MarshalError encodes it: a *middleware.Rejection stays one,
+// any other error arrives as a *middleware.RemoteError with its message.
+// Either way the command is acked: an error is an answer, not a
+// redelivery.
+func Handle[C, R any](b *Bus, h func(ctx context.Context, cmd *C) (R, error)) error {
+	if h == nil {
+		return errors.New("bus: Handle: nil handler")
+	}
+	name := b.cfg.Marshaler.Name(new(C))
+	if name == "" {
+		return fmt.Errorf("bus: Handle: the marshaler gives %T an empty name", new(C))
+	}
+	e := &entry{
+		name:   name,
+		topic:  b.cfg.CommandTopic(name),
+		newCmd: func() any { return new(C) },
+		call: func(ctx context.Context, p *middleware.Pipeline) (any, error) {
+			cmd, ok := p.Command.(*C)
+			if !ok {
+				return nil, fmt.Errorf("bus: handler of %s got a %T, want %T", name, p.Command, cmd)
+			}
+			return h(ctx, cmd)
+		},
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateRunning:
+		return fmt.Errorf("%w: cannot add a handler for %s", ErrStarted, name)
+	case stateClosed:
+		return ErrClosed
+	}
+	if _, dup := b.handlers[name]; dup {
+		return fmt.Errorf("%w: %s", ErrDuplicateHandler, name)
+	}
+	b.handlers[name] = e
+	return nil
+}
+
+// process decodes msg, runs it through the middleware and its handler, and
+// returns its reply. An unknown name or an undecodable payload is an
+// invalid rejection, with poison set to the reason.
+func (b *Bus) process(msg *message.Message) (r reply, poison string) {
+	name := b.cfg.Marshaler.NameFromMessage(msg)
+	e := b.handlers[name]
+	if e == nil {
+		rej := middleware.Reject(middleware.CodeInvalid, "", "bus: unknown command %q (message %s)", name, msg.UUID)
+		return reply{errb: middleware.MarshalError(rej)}, rej.Message
+	}
+	cmd := e.newCmd()
+	if err := b.cfg.Marshaler.Unmarshal(msg, cmd); err != nil {
+		rej := middleware.Reject(middleware.CodeInvalid, "", "bus: undecodable command %s (message %s): %v", name, msg.UUID, err)
+		return reply{errb: middleware.MarshalError(rej)}, rej.Message
+	}
+
+	p := middleware.NewPipeline(b.runCtx, cmd)
+	p.CommandName = name
+	p.CommandUUID = msg.UUID
+	p.CorrelationID = msg.Metadata.Get(middleware.MetadataCorrelationID)
+	p.CausationID = msg.Metadata.Get(middleware.MetadataCausationID)
+	p.Metadata = msg.Metadata
+	res, err := b.runner.Run(b.runCtx, p, e.call)
+	return encodeReply(name, res, err), ""
+}
