@@ -1,0 +1,72 @@
+package sqlite
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// Locks configures the in-process lock engine the store's locks come
+	// from (lease TTL, clock, node name, shards; see
+	// lockstore.MemoryConfig). Default: the zero MemoryConfig, locks without
+	// leases.
+	Locks lockstore.MemoryConfig
+}
+
+// Validate reports every problem of the config at once.
+func (c Config) Validate() error {
+	if err := c.Locks.Validate(); err != nil {
+		return fmt.Errorf("sqlite: Config.Locks: %w", err)
+	}
+	return nil
+}
+
+// DefaultBusyTimeout is the busy timeout DSN uses when given 0.
+const DefaultBusyTimeout = 5 * time.Second
+
+// LockFileSuffix is appended to the database file's path to name the file
+// a Store locks (flock) for as long as it is open.
+const LockFileSuffix = ".claimbus.lock"
+
+// DSN returns a modernc.org/sqlite connection string for the database file
+// at path that suits a Store:
+//
+//   - _txlock=immediate: every transaction begins with BEGIN IMMEDIATE,
+//     taking the write lock at once, so that a read-modify-write never
+//     fails halfway with SQLITE_BUSY when it comes to write (and
+//     Serialize's wait for the lock obeys the busy timeout);
+//   - _busy_timeout: how long a statement waits for a lock another
+//     connection holds before it fails with SQLITE_BUSY (busyTimeout,
+//     rounded down to milliseconds; 0 means DefaultBusyTimeout);
+//   - _journal_mode=WAL: readers do not block the writer, nor it them.
+//
+// Open it with database/sql; the package registers the driver as "sqlite":
+//
+//	db, err := sql.Open("sqlite", sqlite.DSN("app.db", 0))
+func DSN(path string, busyTimeout time.Duration) string {
+	if busyTimeout <= 0 {
+		busyTimeout = DefaultBusyTimeout
+	}
+	q := url.Values{}
+	q.Set("_txlock", "immediate")
+	q.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
+	q.Set("_journal_mode", "WAL")
+	return fileURI(path) + "?" + q.Encode()
+}
+
+// fileURI returns the SQLite URI of the file at path, escaped so that no
+// character of the path is read as URI syntax.
+func fileURI(path string) string {
+	p := (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath()
+	if strings.HasPrefix(p, "/") {
+		return "file://" + p
+	}
+	return "file:" + p
+}

@@ -1,0 +1,54 @@
+// Package sqlite is the embedded, single-node lock store of claimbus, on a
+// SQLite database file through modernc.org/sqlite (pure Go, no cgo; the
+// package registers its driver as "sqlite").
+//
+// # The store
+//
+// A Store hands out in-process locks (the engine of lockstore.Memory):
+// SQLite runs in one process, so the locks need no database round trip.
+// New takes an exclusive flock on "<database file>.claimbus.lock" and holds
+// it until Close, so that a second Store on the same file, in this process
+// or another, fails to start (ErrFileLocked) instead of granting the same
+// keys twice. New also checks that the *sql.DB begins its transactions
+// IMMEDIATE and has a busy timeout; DSN builds a connection string that
+// does:
+//
+//	db, err := sql.Open("sqlite", sqlite.DSN("app.db", 5*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	store, err := sqlite.New(ctx, db, sqlite.Config{})
+//	if err != nil {
+//		return err
+//	}
+//	defer store.Close()
+//
+// # Serialize and Exclusive
+//
+// Serialize runs a function in a BEGIN IMMEDIATE transaction while holding
+// a key's lock: the SQLite reading of seed 003's serialize/3, where a local
+// mutex does the work of PostgreSQL's pg_advisory_xact_lock, because
+// SQLite's single-writer rule covers neither a read-modify-write across
+// statements started DEFERRED nor a critical section that never touches
+// the database.
+//
+//	balance, err := sqlite.Serialize(ctx, store, lockstore.Key{Namespace: "account", ID: id},
+//		func(ctx context.Context, tx *sql.Tx) (int64, error) {
+//			var balance int64
+//			if err := tx.QueryRowContext(ctx, "SELECT balance FROM account WHERE id = ?", id).Scan(&balance); err != nil {
+//				return 0, err
+//			}
+//			balance += amount
+//			if _, err := tx.ExecContext(ctx, "UPDATE account SET balance = ? WHERE id = ?", balance, id); err != nil {
+//				return 0, err
+//			}
+//			lockstore.AfterCommit(ctx, func() { notify(id, balance) })
+//			return balance, nil
+//		})
+//
+// Calls nest: inside an open transaction (Serialize's own, or the caller's
+// attached with WithTx) Serialize joins it without waiting for a lock.
+// Effects registered with lockstore.AfterCommit run after the outermost
+// commit, never after a rollback. Exclusive holds the lock without a
+// transaction, for a job whose writes commit one by one.
+package sqlite

@@ -1,0 +1,270 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// Serialize runs fn in a transaction begun IMMEDIATE while holding key's
+// in-process lock, so that one fn at a time runs for key, and returns what
+// fn returns.
+//
+// Callers for one key queue on the store's lock, first come first served;
+// the one at its head then waits for the store's write gate (SQLite has one
+// writer: Serialize transactions on different keys take turns in Go) and
+// begins with BEGIN IMMEDIATE, which takes SQLite's write lock at once, so
+// that fn's reads and writes see no other writer. A writer outside the
+// store holding the write lock is waited for up to the busy timeout; when
+// that runs out, the error matches lockstore.ErrTimeout.
+//
+// ctx bounds the waits and the transaction: a wait ctx ends returns an
+// error matching ctx's error, and when ctx is done before the commit, the
+// transaction rolls back.
+//
+// fn gets a ctx that carries the transaction. When fn returns an error or
+// panics, the transaction rolls back: the error comes back as is, joined
+// with the rollback's error (wrapped) if that failed too, and a panic goes
+// on after the rollback and the release. When the store ends the lock
+// before the commit (Close, Reset, a lease that ran out), the transaction
+// rolls back and the error matches lockstore.ErrLockLost. A failed commit
+// comes back wrapped. On any error the result is T's zero value.
+//
+// # Nesting
+//
+// Inside an open transaction carried by ctx (one opened by Serialize on
+// this Store, or the caller's own attached with WithTx), Serialize runs fn
+// on that transaction at once, taking no lock: the caller holds SQLite's
+// write lock, which excludes every other writer whatever the key, and
+// waiting for a key while holding it could deadlock. fn's error comes back
+// as is; the outermost fn decides whether the transaction commits. Inside
+// Exclusive on the same key, Serialize does not wait for the lock
+// Exclusive holds.
+//
+// # Effects
+//
+// Serialize is a lockstore.AfterCommit scope: functions registered with
+// lockstore.AfterCommit(ctx, f) anywhere inside the outermost Serialize,
+// nested calls included, run once it has committed and released its lock,
+// in the order they were registered; they never run when it rolls back.
+// Keep fn to database work: anything slow in it holds the database's only
+// write lock.
+//
+// Bad input (a nil store or fn, an invalid key) gets an error at once, one
+// matching lockstore.ErrInvalidKey for a key; a closed store gets one
+// matching lockstore.ErrClosed.
+func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx *sql.Tx) (T, error)) (T, error) {
+	var zero T
+	if err := s.precheck("Serialize", key, fn == nil); err != nil {
+		return zero, err
+	}
+	if sc := txScopeFor(ctx, s); sc != nil {
+		return fn(ctx, sc.tx)
+	}
+	st, fctx, effects, err := s.begin(ctx, key)
+	if err != nil {
+		return zero, err
+	}
+	// On a panic in fn, end rolls back and releases before the panic goes
+	// on; after commit or rollback it does nothing.
+	defer st.end()
+	v, err := fn(fctx, st.tx)
+	if err != nil {
+		return zero, st.rollback(err)
+	}
+	if err := st.commit(ctx); err != nil {
+		return zero, err
+	}
+	effects.Run()
+	return v, nil
+}
+
+// precheck validates the arguments of Serialize and Exclusive.
+func (s *Store) precheck(op string, key lockstore.Key, nilFn bool) error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("sqlite: %s %q: nil *Store", op, key)
+	case nilFn:
+		return fmt.Errorf("sqlite: %s %q: nil fn", op, key)
+	}
+	if err := key.Validate(); err != nil {
+		return fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if err := s.checkOpen(); err != nil {
+		return fmt.Errorf("sqlite: %s %q: %w", op, key, err)
+	}
+	return nil
+}
+
+// serialTxn is one outermost transaction of Serialize.
+type serialTxn struct {
+	s    *Store
+	key  lockstore.Key
+	lock lockstore.Lock // nil inside Exclusive on the same key
+	tx   *sql.Tx
+	done bool
+}
+
+// begin takes key's lock (unless an enclosing Exclusive holds it), the
+// write gate and a transaction, and returns the ctx fn runs in.
+func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, context.Context, *lockstore.Effects, error) {
+	st := &serialTxn{s: s, key: key}
+	if !holdsExclusive(ctx, s, key) {
+		l, err := s.mem.Lock(ctx, key)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the lock: %w", key, err)
+		}
+		st.lock = l
+	}
+	select {
+	case s.gate <- struct{}{}:
+	case <-ctx.Done():
+		st.releaseLock()
+		return nil, nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the write gate: %w", key, ctx.Err())
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		<-s.gate
+		st.releaseLock()
+		return nil, nil, nil, beginError(ctx, "Serialize", key, err)
+	}
+	st.tx = tx
+	fctx, effects := lockstore.NewEffects(ctx)
+	fctx = context.WithValue(fctx, txScopeKey{}, &txScope{store: s, tx: tx})
+	return st, fctx, effects, nil
+}
+
+// beginError explains a failed BEGIN IMMEDIATE.
+func beginError(ctx context.Context, op string, key lockstore.Key, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("sqlite: %s %q: begin: %w (%w)", op, key, ctx.Err(), err)
+	case isBusy(err):
+		return fmt.Errorf("sqlite: %s %q: begin: another connection held the write lock past the busy timeout: %w (%w)",
+			op, key, lockstore.ErrTimeout, err)
+	}
+	return fmt.Errorf("sqlite: %s %q: begin: %w", op, key, err)
+}
+
+// commit commits unless the lock was lost, then releases.
+func (st *serialTxn) commit(ctx context.Context) error {
+	if st.lost() {
+		return st.rollback(fmt.Errorf("sqlite: Serialize %q: %w before the commit", st.key, lockstore.ErrLockLost))
+	}
+	err := st.tx.Commit()
+	st.finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("sqlite: Serialize %q: commit: %w (%w)", st.key, ctx.Err(), err)
+		}
+		return fmt.Errorf("sqlite: Serialize %q: commit: %w", st.key, err)
+	}
+	return nil
+}
+
+// rollback rolls back because of cause, releases, and returns cause joined
+// with the rollback's error, if any. A transaction database/sql already
+// rolled back (its ctx ended) is not an error.
+func (st *serialTxn) rollback(cause error) error {
+	err := st.tx.Rollback()
+	st.finish()
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return errors.Join(cause, fmt.Errorf("sqlite: Serialize %q: rollback: %w", st.key, err))
+	}
+	return cause
+}
+
+// end rolls back a transaction neither committed nor rolled back (fn
+// panicked).
+func (st *serialTxn) end() {
+	if !st.done {
+		_ = st.tx.Rollback()
+		st.finish()
+	}
+}
+
+// finish gives the gate and the lock up.
+func (st *serialTxn) finish() {
+	st.done = true
+	<-st.s.gate
+	st.releaseLock()
+}
+
+func (st *serialTxn) releaseLock() {
+	if st.lock != nil {
+		_ = st.lock.Release(context.Background())
+	}
+}
+
+// lost reports whether the store ended the lock.
+func (st *serialTxn) lost() bool {
+	if st.lock == nil {
+		return false
+	}
+	select {
+	case <-st.lock.Lost():
+		return true
+	default:
+		return false
+	}
+}
+
+// Exclusive runs fn holding key's in-process lock, but not in a
+// transaction: for a job that must run once at a time and makes its own
+// short writes, each committing (and running its lockstore.AfterCommit
+// effects) by itself. fn gets the store's *sql.DB as q. SQLite is a single
+// node, so the lock alone gives the once-only guarantee.
+//
+// fn's ctx is cancelled, with a cause matching lockstore.ErrLockLost, when
+// the store ends the lock (Close, Reset, a lease that ran out); the error
+// then matches lockstore.ErrLockLost too. ctx bounds the wait for the lock.
+//
+// Inside an open transaction carried by ctx (see Serialize), Exclusive is
+// Serialize: fn runs on that transaction, given as q. Inside Exclusive or
+// Serialize on the same key, it does not wait for the lock its caller holds.
+//
+// Bad input gets an error at once, as with Serialize.
+func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, q Querier) (T, error)) (T, error) {
+	var zero T
+	if err := s.precheck("Exclusive", key, fn == nil); err != nil {
+		return zero, err
+	}
+	if sc := txScopeFor(ctx, s); sc != nil {
+		return fn(ctx, sc.tx)
+	}
+	if holdsExclusive(ctx, s, key) {
+		return fn(ctx, s.db)
+	}
+	l, err := s.mem.Lock(ctx, key)
+	if err != nil {
+		return zero, fmt.Errorf("sqlite: Exclusive %q: wait for the lock: %w", key, err)
+	}
+	defer l.Release(context.Background())
+
+	fctx, cancel := context.WithCancelCause(withExclusiveScope(ctx, s, key))
+	defer cancel(nil)
+	lostErr := fmt.Errorf("sqlite: Exclusive %q: %w", key, lockstore.ErrLockLost)
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-l.Lost():
+			cancel(lostErr)
+		case <-done:
+		}
+	}()
+	v, err := fn(fctx, s.db)
+	close(done)
+	<-watched
+	if errors.Is(context.Cause(fctx), lockstore.ErrLockLost) {
+		return zero, errors.Join(lostErr, err)
+	}
+	if err != nil {
+		return zero, err
+	}
+	return v, nil
+}

@@ -1,0 +1,495 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/sqlite"
+)
+
+// counterStore is a store on a fresh database with a counter table.
+func counterStore(t *testing.T) (*sqlite.Store, *sql.DB) {
+	t.Helper()
+	db, _ := newDB(t)
+	_, err := db.Exec("CREATE TABLE counter (name TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+	require.NoError(t, err)
+	return newStore(t, db, sqlite.Config{}), db
+}
+
+func count(t *testing.T, db *sql.DB, name string) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow("SELECT n FROM counter WHERE name = ?", name).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	require.NoError(t, err)
+	return n
+}
+
+// increment is a read-modify-write in two statements: it loses updates
+// unless calls for one name are serialized.
+func increment(ctx context.Context, tx *sql.Tx, name string) (int, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, "SELECT n FROM counter WHERE name = ?", name).Scan(&n)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	n++
+	_, err = tx.ExecContext(ctx, "INSERT INTO counter (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = excluded.n", name, n)
+	return n, err
+}
+
+// incrementNoTx is increment in two autocommitted statements.
+func incrementNoTx(ctx context.Context, q sqlite.Querier, name string) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, "SELECT n FROM counter WHERE name = ?", name).Scan(&n)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	n++
+	_, err = q.ExecContext(ctx, "INSERT INTO counter (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = excluded.n", name, n)
+	return n, err
+}
+
+func key(id string) lockstore.Key { return lockstore.Key{Namespace: "counter", ID: id} }
+
+func TestSerializeMutualExclusion(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+	const goroutines, rounds = 32, 25
+	names := []string{"hot", "a", "b"} // one hot key, and two others beside it
+	var inside [3]atomic.Int32
+	var overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for r := range rounds {
+				i := 0
+				if (g+r)%4 == 0 {
+					i = 1 + (g+r)%2
+				}
+				var err error
+				if g%2 == 0 {
+					_, err = sqlite.Serialize(ctx, s, key(names[i]), func(ctx context.Context, tx *sql.Tx) (int, error) {
+						if inside[i].Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						defer inside[i].Add(-1)
+						return increment(ctx, tx, names[i])
+					})
+				} else {
+					// No transaction: the read and the write commit one by
+					// one, and only the key's lock keeps others out between.
+					_, err = sqlite.Exclusive(ctx, s, key(names[i]), func(ctx context.Context, q sqlite.Querier) (int, error) {
+						if inside[i].Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						defer inside[i].Add(-1)
+						return incrementNoTx(ctx, q, names[i])
+					})
+				}
+				require.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, overlaps.Load(), "two fns ran at once for one key")
+	total := 0
+	for _, name := range names {
+		total += count(t, db, name)
+	}
+	require.Equal(t, goroutines*rounds, total)
+	require.Equal(t, goroutines*rounds*3/4, count(t, db, "hot"))
+	held, err := s.Held(ctx)
+	require.NoError(t, err)
+	require.Empty(t, held, "a lock outlived its Serialize")
+}
+
+func TestSerializeReturnsAndRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+
+	n, err := sqlite.Serialize(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		return increment(ctx, tx, "x")
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	boom := errors.New("boom")
+	n, err = sqlite.Serialize(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		v, err := increment(ctx, tx, "x")
+		require.NoError(t, err)
+		return v, boom
+	})
+	require.Same(t, boom, err, "fn's error comes back as is")
+	require.Zero(t, n)
+	require.Equal(t, 1, count(t, db, "x"), "a failed fn's write was committed")
+
+	// A commit that fails comes back wrapped: fn ended the transaction.
+	_, err = sqlite.Serialize(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		return 0, tx.Rollback()
+	})
+	require.ErrorIs(t, err, sql.ErrTxDone)
+	require.ErrorContains(t, err, "commit")
+
+	// The lock is free after each of them.
+	l, err := s.TryLock(ctx, key("x"))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestSerializePanicRollsBackAndReleases(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+	var ran atomic.Bool
+	require.PanicsWithValue(t, "kaput", func() {
+		_, _ = sqlite.Serialize(ctx, s, key("p"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			_, err := increment(ctx, tx, "p")
+			require.NoError(t, err)
+			lockstore.AfterCommit(ctx, func() { ran.Store(true) })
+			panic("kaput")
+		})
+	})
+	require.False(t, ran.Load(), "an effect ran after a panic")
+	require.Zero(t, count(t, db, "p"))
+	l, err := s.TryLock(ctx, key("p"))
+	require.NoError(t, err, "the lock outlived the panic")
+	require.NoError(t, l.Release(ctx))
+	// The gate was given back too: another transaction begins.
+	_, err = sqlite.Serialize(ctx, s, key("q"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		return increment(ctx, tx, "q")
+	})
+	require.NoError(t, err)
+}
+
+func TestSerializeNesting(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+
+	t.Run("same and other keys join the outer transaction", func(t *testing.T) {
+		n, err := sqlite.Serialize(ctx, s, key("n1"), func(ctx context.Context, outer *sql.Tx) (int, error) {
+			if _, err := increment(ctx, outer, "n1"); err != nil {
+				return 0, err
+			}
+			same, err := sqlite.Serialize(ctx, s, key("n1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+				require.Same(t, outer, tx)
+				return increment(ctx, tx, "n1")
+			})
+			require.NoError(t, err)
+			require.Equal(t, 2, same)
+			_, err = sqlite.Serialize(ctx, s, key("n2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+				require.Same(t, outer, tx)
+				return increment(ctx, tx, "n2")
+			})
+			require.NoError(t, err)
+			_, err = sqlite.Exclusive(ctx, s, key("n3"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+				require.Same(t, outer, q, "Exclusive inside a transaction is Serialize")
+				return 0, nil
+			})
+			require.NoError(t, err)
+			// Inner calls took no lock: only the outer one is held.
+			held, err := s.Held(ctx)
+			require.NoError(t, err)
+			require.Len(t, held, 1)
+			require.Equal(t, key("n1"), held[0].Key)
+			return same, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, 2, count(t, db, "n1"))
+		require.Equal(t, 1, count(t, db, "n2"))
+	})
+
+	t.Run("the outermost fn decides", func(t *testing.T) {
+		inner := errors.New("inner")
+		_, err := sqlite.Serialize(ctx, s, key("r1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			_, err := sqlite.Serialize(ctx, s, key("r2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+				_, err := increment(ctx, tx, "r2")
+				require.NoError(t, err)
+				return 0, inner
+			})
+			require.Same(t, inner, err)
+			return 0, nil // swallowed: the inner write commits
+		})
+		require.NoError(t, err)
+		require.Equal(t, 1, count(t, db, "r2"))
+
+		outer := errors.New("outer")
+		_, err = sqlite.Serialize(ctx, s, key("r1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			_, err := sqlite.Serialize(ctx, s, key("r2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+				return increment(ctx, tx, "r2")
+			})
+			require.NoError(t, err)
+			return 0, outer
+		})
+		require.Same(t, outer, err)
+		require.Equal(t, 1, count(t, db, "r2"), "an inner write outlived the outer rollback")
+	})
+
+	t.Run("inside Exclusive on the same key", func(t *testing.T) {
+		_, err := sqlite.Exclusive(ctx, s, key("e"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+			require.Same(t, db, q, "outside a transaction Exclusive hands out the *sql.DB")
+			_, err := sqlite.Exclusive(ctx, s, key("e"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+				return 0, nil
+			})
+			require.NoError(t, err)
+			n, err := sqlite.Serialize(ctx, s, key("e"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+				return increment(ctx, tx, "e")
+			})
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			// That transaction has committed; the key is still held.
+			require.Equal(t, 1, count(t, db, "e"))
+			_, err = s.TryLock(ctx, key("e"))
+			require.ErrorIs(t, err, lockstore.ErrLocked)
+			return 0, nil
+		})
+		require.NoError(t, err)
+		l, err := s.TryLock(ctx, key("e"))
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	})
+
+	t.Run("another store's transaction is not joined", func(t *testing.T) {
+		s2, db2 := counterStore(t)
+		_, err := sqlite.Serialize(ctx, s, key("o"), func(ctx context.Context, outer *sql.Tx) (int, error) {
+			return sqlite.Serialize(ctx, s2, key("o"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+				require.NotSame(t, outer, tx)
+				return increment(ctx, tx, "o")
+			})
+		})
+		require.NoError(t, err)
+		require.Equal(t, 1, count(t, db2, "o"))
+		require.Zero(t, count(t, db, "o"))
+	})
+}
+
+func TestWithTx(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			name := fmt.Sprint("w", commit)
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer tx.Rollback()
+			tctx, effects := sqlite.WithTx(ctx, tx)
+			var ran atomic.Bool
+			_, err = sqlite.Serialize(tctx, s, key(name), func(ctx context.Context, got *sql.Tx) (int, error) {
+				require.Same(t, tx, got)
+				lockstore.AfterCommit(ctx, func() { ran.Store(true) })
+				return increment(ctx, got, name)
+			})
+			require.NoError(t, err)
+			require.False(t, ran.Load(), "an effect ran before the caller's commit")
+			held, err := s.Held(ctx)
+			require.NoError(t, err)
+			require.Empty(t, held, "Serialize in the caller's transaction took a lock")
+			if commit {
+				require.NoError(t, tx.Commit())
+				effects.Run()
+				require.True(t, ran.Load())
+				require.Equal(t, 1, count(t, db, name))
+			} else {
+				require.NoError(t, tx.Rollback())
+				require.Zero(t, count(t, db, name))
+			}
+		})
+	}
+}
+
+func TestAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+
+	var order []string
+	var mu sync.Mutex
+	record := func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, what)
+	}
+	_, err := sqlite.Serialize(ctx, s, key("ac"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		lockstore.AfterCommit(ctx, func() {
+			// Committed and released by now: another connection sees the
+			// row, and the key is free.
+			record(fmt.Sprint("first n=", count(t, db, "ac")))
+			l, err := s.TryLock(context.Background(), key("ac"))
+			require.NoError(t, err, "the effect ran before the release")
+			require.NoError(t, l.Release(context.Background()))
+		})
+		_, err := sqlite.Serialize(ctx, s, key("ac2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			lockstore.AfterCommit(ctx, func() { record("nested") })
+			return 0, nil
+		})
+		require.NoError(t, err)
+		record("fn end")
+		return increment(ctx, tx, "ac")
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"fn end", "first n=1", "nested"}, order)
+
+	// Rolled back: never run.
+	var ran atomic.Bool
+	_, err = sqlite.Serialize(ctx, s, key("ac"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		lockstore.AfterCommit(ctx, func() { ran.Store(true) })
+		return 0, errors.New("no")
+	})
+	require.Error(t, err)
+	require.False(t, ran.Load(), "an effect ran after a rollback")
+
+	// Exclusive outside a transaction: each write commits by itself, so
+	// an effect runs at once.
+	_, err = sqlite.Exclusive(ctx, s, key("ac"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+		lockstore.AfterCommit(ctx, func() { ran.Store(true) })
+		require.True(t, ran.Load())
+		return 0, nil
+	})
+	require.NoError(t, err)
+}
+
+func TestSerializeDeadlineWhileWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+
+	t.Run("for the key", func(t *testing.T) {
+		l, err := s.Lock(ctx, key("d"))
+		require.NoError(t, err)
+		defer l.Release(ctx)
+		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		called := false
+		_, err = sqlite.Serialize(dctx, s, key("d"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			called = true
+			return 0, nil
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.False(t, called)
+		require.Zero(t, s.Waiting(key("d")), "the timed-out waiter stayed queued")
+
+		_, err = sqlite.Exclusive(dctx, s, key("d"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+			called = true
+			return 0, nil
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.False(t, called)
+	})
+
+	// Another connection (outside the store) holds SQLite's write lock.
+	writeLocked := func(t *testing.T, db *sql.DB) {
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		tx, err := conn.BeginTx(ctx, nil) // IMMEDIATE: takes the write lock
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			require.NoError(t, tx.Rollback())
+			require.NoError(t, conn.Close())
+		})
+	}
+
+	t.Run("for the write lock, by ctx", func(t *testing.T) {
+		writeLocked(t, db)
+		dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := sqlite.Serialize(dctx, s, key("w"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			t.Error("fn ran without the write lock")
+			return 0, nil
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		l, err := s.TryLock(ctx, key("w"))
+		require.NoError(t, err, "the key stayed locked after a failed begin")
+		require.NoError(t, l.Release(ctx))
+	})
+
+	t.Run("for the write lock, by the busy timeout", func(t *testing.T) {
+		_, path := newDB(t)
+		short := openDB(t, testDSN(path, 50*time.Millisecond))
+		s := newStore(t, short, sqlite.Config{})
+		writeLocked(t, short)
+		_, err := sqlite.Serialize(ctx, s, key("w"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			t.Error("fn ran without the write lock")
+			return 0, nil
+		})
+		require.ErrorIs(t, err, lockstore.ErrTimeout)
+		require.ErrorContains(t, err, "busy")
+	})
+}
+
+func TestStoreEndsTheLockDuringFn(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+
+	t.Run("Serialize rolls back", func(t *testing.T) {
+		s, db := counterStore(t)
+		_, err := sqlite.Serialize(ctx, s, key("l"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			require.NoError(t, s.Reset(ctx))
+			return increment(ctx, tx, "l")
+		})
+		require.ErrorIs(t, err, lockstore.ErrLockLost)
+		require.Zero(t, count(t, db, "l"), "committed without the lock")
+	})
+
+	t.Run("Exclusive cancels fn's ctx", func(t *testing.T) {
+		s, _ := counterStore(t)
+		_, err := sqlite.Exclusive(ctx, s, key("l"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+			require.NoError(t, s.Close())
+			<-ctx.Done()
+			require.ErrorIs(t, context.Cause(ctx), lockstore.ErrLockLost)
+			return 0, ctx.Err()
+		})
+		require.ErrorIs(t, err, lockstore.ErrLockLost)
+		require.ErrorIs(t, err, context.Canceled)
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, _ := counterStore(t)
+	fn := func(ctx context.Context, tx *sql.Tx) (int, error) { return 0, nil }
+	xfn := func(ctx context.Context, q sqlite.Querier) (int, error) { return 0, nil }
+
+	_, err := sqlite.Serialize(ctx, nil, key("k"), fn)
+	require.ErrorContains(t, err, "nil *Store")
+	_, err = sqlite.Serialize[int](ctx, s, key("k"), nil)
+	require.ErrorContains(t, err, "nil fn")
+	_, err = sqlite.Exclusive(ctx, nil, key("k"), xfn)
+	require.ErrorContains(t, err, "nil *Store")
+	_, err = sqlite.Exclusive[int](ctx, s, key("k"), nil)
+	require.ErrorContains(t, err, "nil fn")
+	for _, k := range []lockstore.Key{
+		{Namespace: "", ID: "x"},
+		{Namespace: "ns", ID: ""},
+		{Namespace: "ns", ID: string(make([]byte, lockstore.MaxIDLen+1))},
+	} {
+		_, err = sqlite.Serialize(ctx, s, k, fn)
+		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
+		_, err = sqlite.Exclusive(ctx, s, k, xfn)
+		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
+	}
+
+	require.NoError(t, s.Close())
+	_, err = sqlite.Serialize(ctx, s, key("k"), fn)
+	require.ErrorIs(t, err, lockstore.ErrClosed)
+	_, err = sqlite.Exclusive(ctx, s, key("k"), xfn)
+	require.ErrorIs(t, err, lockstore.ErrClosed)
+	_, err = s.TryLock(ctx, key("k"))
+	require.ErrorIs(t, err, lockstore.ErrClosed)
+}

@@ -1,0 +1,194 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// Store is the SQLite lock store: in-process locks (the engine of
+// lockstore.Memory) for a database file that only this process writes
+// through a Store, and Serialize and Exclusive around it.
+//
+// It holds an exclusive flock on the database file's lock file (the path
+// with LockFileSuffix) from New to Close, so a second Store on the same
+// file, in this process or another, fails to start with ErrFileLocked
+// instead of handing out the same keys twice. The lock file is left in
+// place at Close: removing it would race with a process opening it.
+type Store struct {
+	db   *sql.DB
+	mem  *lockstore.Memory
+	path string // the database file
+	lock *os.File
+
+	// gate lets one Serialize transaction at a time begin: SQLite has one
+	// writer, so the others wait here in Go, first come first served by
+	// the runtime, rather than polling in SQLite's busy handler.
+	gate chan struct{}
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ lockstore.Store    = (*Store)(nil)
+	_ lockstore.KeyOrder = (*Store)(nil)
+)
+
+// New returns a Store on db, a modernc.org/sqlite handle on a database file
+// (see DSN for a connection string that suits). It checks db at once and
+// fails with an error matching ErrUnsuitableDB when the database is in
+// memory (no file to lock), when its transactions do not begin IMMEDIATE
+// (_txlock=immediate) or when it has no busy timeout (_busy_timeout); with
+// ErrFileLocked when another Store holds the file. ctx bounds these checks.
+//
+// The Store does not own db: Close leaves it open.
+func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlite: New: nil *sql.DB")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	drv, ok := db.Driver().(*sqlite.Driver)
+	if !ok {
+		return nil, fmt.Errorf("%w: the driver is %T, not modernc.org/sqlite's", ErrUnsuitableDB, db.Driver())
+	}
+	var path string
+	if err := db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&path); err != nil {
+		return nil, fmt.Errorf("sqlite: New: find the database file: %w", err)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: the main database is in memory or temporary: the store needs a database file", ErrUnsuitableDB)
+	}
+	lock, err := lockFile(path + LockFileSuffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTransactions(ctx, db, drv, path); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	mem, err := lockstore.NewMemory(cfg.Locks)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("sqlite: New: %w", err)
+	}
+	return &Store{db: db, mem: mem, path: path, lock: lock, gate: make(chan struct{}, 1)}, nil
+}
+
+// checkTransactions makes sure db's connections wait for locks (a busy
+// timeout) and that its transactions take the write lock at BEGIN: while a
+// transaction of db is open, a connection of our own without a busy
+// timeout must find the database write-locked.
+func checkTransactions(ctx context.Context, db *sql.DB, drv *sqlite.Driver, path string) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: New: %w", err)
+	}
+	defer conn.Close()
+	var busyTimeout int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busyTimeout); err != nil {
+		return fmt.Errorf("sqlite: New: read busy_timeout: %w", err)
+	}
+	if busyTimeout <= 0 {
+		return fmt.Errorf("%w: no busy timeout, so a write would fail at once while another connection writes: "+
+			"add _busy_timeout=<ms> to the DSN (see sqlite.DSN)", ErrUnsuitableDB)
+	}
+
+	probe, err := drv.Open(fileURI(path))
+	if err != nil {
+		return fmt.Errorf("sqlite: New: open a probe connection: %w", err)
+	}
+	defer probe.Close()
+	execer, ok := probe.(driver.ExecerContext)
+	if !ok {
+		return fmt.Errorf("%w: the driver's connections cannot execute statements directly", ErrUnsuitableDB)
+	}
+	exec := func(q string) error { _, err := execer.ExecContext(ctx, q, nil); return err }
+
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: New: begin: %w", err)
+	}
+	defer tx.Rollback()
+	err = exec("BEGIN IMMEDIATE")
+	switch {
+	case err == nil:
+		_ = exec("ROLLBACK")
+		return fmt.Errorf("%w: transactions begin DEFERRED, so a read-modify-write can fail with SQLITE_BUSY when it writes: "+
+			"add _txlock=immediate to the DSN (see sqlite.DSN)", ErrUnsuitableDB)
+	case isBusy(err):
+		return nil // the open transaction holds the write lock: it began IMMEDIATE
+	default:
+		return fmt.Errorf("sqlite: New: probe the write lock: %w", err)
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
+// DB returns the handle the store was made with.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Path returns the database file the store locks.
+func (s *Store) Path() string { return s.path }
+
+// TryLock takes key now, or fails with lockstore.ErrLocked while it is held.
+func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return s.mem.TryLock(ctx, key)
+}
+
+// Lock waits, first come first served, until key is free or ctx ends.
+func (s *Store) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return s.mem.Lock(ctx, key)
+}
+
+// Held lists the locks held now, ordered by key.
+func (s *Store) Held(ctx context.Context) ([]lockstore.Holder, error) {
+	return s.mem.Held(ctx)
+}
+
+// Waiting returns the number of Lock calls (Serialize and Exclusive
+// included) waiting for key now, not counting its holder.
+func (s *Store) Waiting(key lockstore.Key) int { return s.mem.Waiting(key) }
+
+// Reset ends every lock held now, as lockstore.Memory.Reset does. It is
+// meant for tests.
+func (s *Store) Reset(ctx context.Context) error { return s.mem.Reset(ctx) }
+
+// CompareKeys orders keys for callers taking several (lockstore.SortKeys).
+func (s *Store) CompareKeys(a, b lockstore.Key) int { return s.mem.CompareKeys(a, b) }
+
+// Close ends every lock (closing its Lost channel), fails every waiter with
+// lockstore.ErrClosed and releases the file lock. A Serialize whose lock it
+// ends rolls back. It leaves the *sql.DB open. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.closeErr = errors.Join(s.mem.Close(), s.lock.Close())
+	})
+	return s.closeErr
+}
+
+// checkOpen fails with lockstore.ErrClosed once Close has begun.
+func (s *Store) checkOpen() error {
+	if s.closed.Load() {
+		return lockstore.ErrClosed
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package sqlite_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
+	"github.com/claimbus/claimbus/lockstore/sqlite"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	lockstoretest.Run(t, func(t *testing.T) lockstore.Store {
+		db, _ := newDB(t)
+		return newStore(t, db, sqlite.Config{})
+	})
+}
+
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	lockstoretest.RunLeases(t, func(t *testing.T, ttl time.Duration) lockstoretest.LeaseStore {
+		db, _ := newDB(t)
+		clock := lockstoretest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		return lockstoretest.LeaseStore{
+			Store:   newStore(t, db, sqlite.Config{Locks: lockstore.MemoryConfig{TTL: ttl, Clock: clock}}),
+			Advance: clock.Advance,
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  sqlite.Config
+		want []string
+	}{
+		{"zero", sqlite.Config{}, nil},
+		{"ttl and node", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: time.Second, Node: "n1", Shards: 8}}, nil},
+		{"negative ttl", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1}}, []string{"TTL"}},
+		{"every problem", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1, Shards: 3}}, []string{"TTL", "Shards"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, w := range tt.want {
+				require.ErrorContains(t, err, w)
+			}
+			db, _ := newDB(t)
+			_, err = sqlite.New(ctxT(t), db, tt.cfg)
+			require.ErrorContains(t, err, tt.want[0], "New must validate its config")
+		})
+	}
+}
+
+func TestNewRejectsUnsuitableDatabases(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	dir := t.TempDir()
+
+	_, err := sqlite.New(ctx, nil, sqlite.Config{})
+	require.ErrorContains(t, err, "nil *sql.DB")
+
+	tests := []struct {
+		name, dsn, want string
+	}{
+		{"in memory", ":memory:?_txlock=immediate&_busy_timeout=1000", "in memory"},
+		{"deferred transactions", filepath.Join(dir, "deferred.db") + "?_busy_timeout=1000", "_txlock=immediate"},
+		{"no busy timeout", filepath.Join(dir, "nobusy.db") + "?_txlock=immediate", "_busy_timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := openDB(t, tt.dsn)
+			s, err := sqlite.New(ctx, db, sqlite.Config{})
+			require.ErrorIs(t, err, sqlite.ErrUnsuitableDB)
+			require.ErrorContains(t, err, tt.want)
+			require.Nil(t, s)
+		})
+	}
+
+	// A rejected database keeps no lock file locked: a suitable handle on
+	// the same file gets a store.
+	path := filepath.Join(dir, "deferred.db")
+	db := openDB(t, testDSN(path, time.Second))
+	newStore(t, db, sqlite.Config{})
+}
+
+func TestDSNEscapesThePath(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "a dir?x=1#frag%20", "db file.sqlite")
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	db := openDB(t, sqlite.DSN(path, 0))
+	s := newStore(t, db, sqlite.Config{})
+	require.Equal(t, path, s.Path())
+	require.FileExists(t, path)
+	require.FileExists(t, path+sqlite.LockFileSuffix)
+	var mode string
+	require.NoError(t, db.QueryRow("PRAGMA journal_mode").Scan(&mode))
+	require.Equal(t, "wal", mode)
+	var busy int
+	require.NoError(t, db.QueryRow("PRAGMA busy_timeout").Scan(&busy))
+	require.Equal(t, int(sqlite.DefaultBusyTimeout.Milliseconds()), busy)
+}
+
+func TestFileLockInProcess(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	db, path := newDB(t)
+	first, err := sqlite.New(ctx, db, sqlite.Config{})
+	require.NoError(t, err)
+
+	// Another handle on the same file, as a second component of the same
+	// program might open it: its store would have locks of its own.
+	other := openDB(t, testDSN(path, time.Second))
+	_, err = sqlite.New(ctx, other, sqlite.Config{})
+	require.ErrorIs(t, err, sqlite.ErrFileLocked)
+	require.ErrorContains(t, err, path+sqlite.LockFileSuffix)
+	_, err = sqlite.New(ctx, db, sqlite.Config{})
+	require.ErrorIs(t, err, sqlite.ErrFileLocked, "a second store on the same handle")
+
+	require.NoError(t, first.Close())
+	require.NoError(t, first.Close(), "Close is idempotent")
+	newStore(t, other, sqlite.Config{})
+}
+
+const helperEnv = "CLAIMBUS_SQLITE_HELPER_DB"
+
+// helperProcess opens a store on the database at path, says "ready" (or
+// the error) on stdout and holds the store until stdin closes.
+func helperProcess(path string) int {
+	db, err := sql.Open("sqlite", testDSN(path, time.Second))
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	defer db.Close()
+	s, err := sqlite.New(context.Background(), db, sqlite.Config{})
+	switch {
+	case errors.Is(err, sqlite.ErrFileLocked):
+		fmt.Println("locked")
+		return 0
+	case err != nil:
+		fmt.Println("error", err)
+		return 2
+	}
+	defer s.Close()
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	return 0
+}
+
+// startHelper runs helperProcess in a child process and returns its first
+// line, its stdin (close it to end the child) and a wait function.
+func startHelper(t *testing.T, path string) (string, func() error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+path)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	stop := func() error {
+		stdin.Close()
+		return cmd.Wait()
+	}
+	t.Cleanup(func() { _ = stop() })
+	return strings.TrimSpace(line), stop
+}
+
+func TestFileLockAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	db, path := newDB(t)
+
+	// Another process holds the file: this one refuses to start.
+	line, stop := startHelper(t, path)
+	require.Equal(t, "ready", line)
+	_, err := sqlite.New(ctx, db, sqlite.Config{})
+	require.ErrorIs(t, err, sqlite.ErrFileLocked)
+	require.NoError(t, stop())
+
+	// Its end released the lock: this process takes it, and a new one is
+	// refused.
+	s := newStore(t, db, sqlite.Config{})
+	line, _ = startHelper(t, path)
+	require.Equal(t, "locked", line)
+	require.NoError(t, s.Close())
+	line, _ = startHelper(t, path)
+	require.Equal(t, "ready", line)
+}

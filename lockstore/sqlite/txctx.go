@@ -1,0 +1,104 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// Querier is what *sql.DB, *sql.Conn and *sql.Tx have in common: what
+// Exclusive hands its fn, which runs in a transaction or not depending on
+// where it is called.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+var (
+	_ Querier = (*sql.DB)(nil)
+	_ Querier = (*sql.Conn)(nil)
+	_ Querier = (*sql.Tx)(nil)
+)
+
+// txScope is the open transaction a ctx carries: one opened by Serialize
+// (store is that Store) or the caller's own, attached with WithTx (store is
+// nil: every Store uses it).
+type txScope struct {
+	store *Store
+	tx    *sql.Tx
+}
+
+type txScopeKey struct{}
+
+// txScopeFor returns the transaction ctx carries that s must run in, or
+// nil. A transaction Serialize opened on another Store is on another
+// database file, so s does not join it.
+func txScopeFor(ctx context.Context, s *Store) *txScope {
+	sc, _ := ctx.Value(txScopeKey{}).(*txScope)
+	if sc == nil || (sc.store != nil && sc.store != s) {
+		return nil
+	}
+	return sc
+}
+
+// exclusiveScope is one call of Exclusive, carried by the ctx its fn gets,
+// so that Serialize and Exclusive inside it on the same key do not wait for
+// the lock their caller holds.
+type exclusiveScope struct {
+	store  *Store
+	key    lockstore.Key
+	parent *exclusiveScope
+}
+
+type exclusiveScopeKey struct{}
+
+// holdsExclusive reports whether ctx runs inside an Exclusive call of s on
+// key.
+func holdsExclusive(ctx context.Context, s *Store, key lockstore.Key) bool {
+	sc, _ := ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
+	for ; sc != nil; sc = sc.parent {
+		if sc.store == s && sc.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key) context.Context {
+	parent, _ := ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
+	return context.WithValue(ctx, exclusiveScopeKey{}, &exclusiveScope{store: s, key: key, parent: parent})
+}
+
+// WithTx returns a ctx that carries tx, a transaction the caller opened (on
+// the database of the stores it will be used with) and will end, and the
+// effects registered in it with lockstore.AfterCommit.
+//
+// Serialize and Exclusive called with the returned ctx, on any Store, run
+// fn on tx at once: they skip the in-process lock (the caller already holds
+// SQLite's write lock, or will take it at its first write; waiting for a
+// key then could deadlock) and leave the commit to the caller.
+//
+// lockstore.AfterCommit inside the returned ctx registers into effects
+// instead of running at once. Call effects.Run after tx commits; on
+// rollback drop it.
+//
+//	tx, err := db.BeginTx(ctx, nil)
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback()
+//	ctx, effects := sqlite.WithTx(ctx, tx)
+//	if _, err := sqlite.Serialize(ctx, store, key, work); err != nil {
+//		return err
+//	}
+//	if err := tx.Commit(); err != nil {
+//		return err
+//	}
+//	effects.Run()
+func WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
+	ctx, effects := lockstore.NewEffects(ctx)
+	return context.WithValue(ctx, txScopeKey{}, &txScope{tx: tx}), effects
+}
