@@ -1,0 +1,9 @@
+package sqltransport_test
+
+import (
+	"testing"
+
+	"github.com/claimbus/claimbus/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,137 @@
+package sqltransport
+
+import (
+	"context"
+	stdsql "database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/jackc/pgx/v5"
+)
+
+// maxIdentifier is PostgreSQL's longest identifier, in bytes.
+const maxIdentifier = 63
+
+// tableName returns the unquoted name of topic's table: the prefix and the
+// topic, or, when that is too long for PostgreSQL, a cut of it and a hash
+// of the whole topic.
+func tableName(prefix, topic string) string {
+	name := prefix + topic
+	if len(name) <= maxIdentifier {
+		return name
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(topic))
+	suffix := fmt.Sprintf("_%08x", h.Sum32())
+	return name[:maxIdentifier-len(suffix)] + suffix
+}
+
+// quote quotes a table name; names are checked against validName and the
+// prefix rule, so they hold no double quote.
+func quote(table string) string { return `"` + table + `"` }
+
+// queueSchema is the watermill-sql schema of the transport: Watermill's
+// PostgreSQL queue schema (no consumer groups, a row per message, deleted
+// on ack), with two changes. Consumers lock the row they take with FOR
+// UPDATE SKIP LOCKED, so the consumers of every node share a topic and each
+// message goes to one of them; and no snapshot horizon holds messages back,
+// so a handler's open transaction does not delay other commands (the
+// default schema delivers nothing newer than the oldest running
+// transaction, which deadlocks a handler that dispatches and waits).
+type queueSchema struct {
+	wsql.PostgreSQLQueueSchema
+	table func(topic string) string
+}
+
+func newQueueSchema(prefix string) queueSchema {
+	table := func(topic string) string { return quote(tableName(prefix, topic)) }
+	return queueSchema{
+		PostgreSQLQueueSchema: wsql.PostgreSQLQueueSchema{
+			GenerateMessagesTableName: table,
+			GeneratePayloadType:       func(string) string { return "BYTEA" },
+			SubscribeBatchSize:        1,
+		},
+		table: table,
+	}
+}
+
+// SelectQuery takes the oldest message nobody holds.
+func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
+	if params.ConsumerGroup != "" {
+		return wsql.Query{}, errors.New("sqltransport: consumer groups are not used")
+	}
+	return wsql.Query{Query: `SELECT "offset", uuid, payload, metadata FROM ` + s.table(params.Topic) +
+		` WHERE acked = false ORDER BY "offset" LIMIT 1 FOR UPDATE SKIP LOCKED`}, nil
+}
+
+// SubscribeIsolationLevel is READ COMMITTED: with SKIP LOCKED, a consumer
+// never fails on a row another consumer just took.
+func (s queueSchema) SubscribeIsolationLevel() stdsql.IsolationLevel {
+	return stdsql.LevelReadCommitted
+}
+
+// SchemaInitializingQueries returns the statements that create topic's
+// table and its notify trigger; they are idempotent, and run in one
+// transaction behind an advisory lock (see initTopic).
+func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	t := s.table(params.Topic)
+	lit := "'" + t + "'" // a valid name holds no single quote either
+	return []wsql.Query{
+		{Query: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+			"offset" BIGSERIAL PRIMARY KEY,
+			"uuid" TEXT NOT NULL,
+			"payload" BYTEA,
+			"metadata" JSON,
+			"acked" BOOLEAN NOT NULL DEFAULT FALSE,
+			"created_at" TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP
+		)`},
+		{Query: `CREATE OR REPLACE FUNCTION claimbus_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				PERFORM pg_notify('` + NotifyChannel + `', TG_TABLE_NAME);
+				RETURN NULL;
+			END $$`},
+		{Query: `DO $$ BEGIN
+			IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = ` + lit + `::regclass AND tgname = 'claimbus_notify') THEN
+				CREATE TRIGGER claimbus_notify AFTER INSERT ON ` + t + ` FOR EACH STATEMENT EXECUTE FUNCTION claimbus_notify();
+			END IF;
+		END $$`},
+	}, nil
+}
+
+// schemaLock is the advisory lock that serialises schema changes of every
+// node.
+var schemaLock = int64(wsql.DefaultSchemaInitializationLock("claimbus"))
+
+// initTopic creates topic's table and trigger if they are missing, once per
+// transport. Several nodes may do it at once: an advisory lock held for the
+// transaction serialises them.
+func (t *Transport) initTopic(ctx context.Context, topic string) error {
+	if _, ok := t.initialized.Load(topic); ok {
+		return nil
+	}
+	if !validName.MatchString(topic) {
+		return fmt.Errorf("%w: %q", ErrInvalidTopic, topic)
+	}
+	queries, err := t.schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
+			return err
+		}
+		for _, q := range queries {
+			if _, err := tx.Exec(ctx, q.Query); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqltransport: create the table of topic %q: %w", topic, err)
+	}
+	t.initialized.Store(topic, struct{}{})
+	return nil
+}

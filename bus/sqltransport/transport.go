@@ -1,0 +1,225 @@
+package sqltransport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/claimbus/claimbus/bus"
+)
+
+// Transport carries the commands and replies of a bus through PostgreSQL
+// tables with watermill-sql: one table per topic, a row per message,
+// deleted when the message is acked.
+type Transport struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	schema queueSchema
+	logger watermill.LoggerAdapter
+
+	publisher *publisher
+	commands  *subscriber
+	replies   *subscriber
+
+	initialized sync.Map // topic → struct{}: its table exists
+
+	wakesMu sync.Mutex
+	wakes   map[string]*wake // by unquoted table name
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// New returns a transport on pool for the node cfg names. Unless
+// notifications are disabled, it opens one connection of its own (outside
+// the pool, with the pool's settings) that LISTENs for new messages; ctx
+// bounds that connection's opening.
+//
+// The pool serves the transport alone, or has room for it: each command
+// subscription holds a connection, in a transaction, while its handler
+// runs, and the reply subscription one while it routes a reply. Handlers
+// that write through the same pool need a connection more each.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("sqltransport: nil pool")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	t := &Transport{
+		cfg:    cfg,
+		pool:   pool,
+		schema: newQueueSchema(cfg.TablePrefix),
+		logger: cfg.Logger.With(watermill.LogFields{"node": cfg.NodeID}),
+		wakes:  make(map[string]*wake),
+		stop:   make(chan struct{}),
+	}
+	inner, err := wsql.NewPublisher(wsql.BeginnerFromPgx(pool), wsql.PublisherConfig{SchemaAdapter: t.schema}, t.logger)
+	if err != nil {
+		return nil, fmt.Errorf("sqltransport: %w", err)
+	}
+	t.publisher = &publisher{t: t, inner: inner}
+	t.commands = &subscriber{t: t, poll: cfg.PollInterval}
+	t.replies = &subscriber{t: t, poll: cfg.ReplyPollInterval}
+
+	lctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	if !cfg.DisableNotify {
+		conn, err := t.connectListener(ctx)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("sqltransport: LISTEN %s: %w", NotifyChannel, err)
+		}
+		t.wg.Add(1)
+		go t.listen(lctx, conn)
+	}
+	return t, nil
+}
+
+// Publisher publishes commands and replies: an INSERT into the topic's
+// table (created on first use) that commits on its own, with the
+// message's context.
+func (t *Transport) Publisher() message.Publisher { return t.publisher }
+
+// Subscriber receives commands. Every node's subscriber of a topic takes
+// messages from the same table, each message to one of them: the nodes
+// form one consumer group. A subscription hands over one message at a
+// time and waits for its ack.
+func (t *Transport) Subscriber() message.Subscriber { return t.commands }
+
+// ReplySubscriber receives this node's replies; it polls every
+// ReplyPollInterval when no notification wakes it.
+func (t *Transport) ReplySubscriber() message.Subscriber { return t.replies }
+
+// NodeID returns the node id of the transport.
+func (t *Transport) NodeID() string { return t.cfg.NodeID }
+
+// BusConfig returns cfg with the transport's publishers and subscribers
+// and its node id set, ready for bus.New.
+func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
+	cfg.Publisher, cfg.Subscriber = t.publisher, t.commands
+	cfg.ReplyPublisher, cfg.ReplySubscriber = t.publisher, t.replies
+	cfg.NodeID = t.cfg.NodeID
+	return cfg
+}
+
+// Close ends every subscription, the publisher and the LISTEN connection,
+// and waits for their goroutines. Close the buses that use the transport
+// first: a message in flight is then acked, where Close leaves it to be
+// delivered again. Close does not close the pool.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		close(t.stop)
+		t.commands.close()
+		t.replies.close()
+		_ = t.publisher.inner.Close()
+		t.cancel()
+		t.wg.Wait()
+	})
+	return nil
+}
+
+func (t *Transport) closed() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// publisher creates a topic's table before its first message.
+type publisher struct {
+	t     *Transport
+	inner *wsql.Publisher
+}
+
+// Publish inserts messages into topic's table in one statement, with the
+// context of the first message.
+func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.t.closed() {
+		return ErrClosed
+	}
+	ctx := context.Background()
+	if len(msgs) > 0 {
+		ctx = msgs[0].Context()
+	}
+	if err := p.t.initTopic(ctx, topic); err != nil {
+		return err
+	}
+	return p.inner.Publish(topic, msgs...)
+}
+
+// Close closes the publisher; the transport's Close does it too.
+func (p *publisher) Close() error { return p.inner.Close() }
+
+// subscriber starts one watermill-sql subscriber per subscription, each
+// with a backoff that notifications of its table wake.
+type subscriber struct {
+	t    *Transport
+	poll time.Duration
+
+	mu     sync.Mutex
+	subs   []*wsql.Subscriber
+	closed bool
+}
+
+// Subscribe creates topic's table if needed and returns its messages.
+func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := s.t.initTopic(ctx, topic); err != nil {
+		return nil, err
+	}
+	ackDeadline := s.t.cfg.AckDeadline
+	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(s.t.pool), wsql.SubscriberConfig{
+		AckDeadline:    &ackDeadline,
+		PollInterval:   s.poll,
+		ResendInterval: s.poll,
+		RetryInterval:  s.t.cfg.RetryInterval,
+		BackoffManager: &backoff{
+			w:     s.t.wakeFor(tableName(s.t.cfg.TablePrefix, topic)),
+			poll:  s.poll,
+			retry: s.t.cfg.RetryInterval,
+			done:  ctx.Done(),
+			stop:  s.t.stop,
+		},
+		SchemaAdapter:  s.t.schema,
+		OffsetsAdapter: wsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true, GenerateMessagesTableName: s.t.schema.table},
+	}, s.t.logger)
+	if err != nil {
+		return nil, fmt.Errorf("sqltransport: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.subs = append(s.subs, sub)
+	s.mu.Unlock()
+	return sub.Subscribe(ctx, topic)
+}
+
+// Close ends every subscription; the transport's Close does it too.
+func (s *subscriber) Close() error {
+	s.close()
+	return nil
+}
+
+func (s *subscriber) close() {
+	s.mu.Lock()
+	s.closed = true
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	for _, sub := range subs {
+		_ = sub.Close()
+	}
+}

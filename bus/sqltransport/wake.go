@@ -1,0 +1,177 @@
+package sqltransport
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5"
+)
+
+// wake counts the notifications of one table and wakes the subscriptions
+// that wait for one.
+type wake struct {
+	mu sync.Mutex
+	n  uint64
+	ch chan struct{} // closed and replaced at each notification
+}
+
+func newWake() *wake { return &wake{ch: make(chan struct{})} }
+
+func (w *wake) signal() {
+	w.mu.Lock()
+	w.n++
+	close(w.ch)
+	w.ch = make(chan struct{})
+	w.mu.Unlock()
+}
+
+func (w *wake) state() (uint64, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n, w.ch
+}
+
+// wakeFor returns the wake of table, creating it.
+func (t *Transport) wakeFor(table string) *wake {
+	t.wakesMu.Lock()
+	defer t.wakesMu.Unlock()
+	w, ok := t.wakes[table]
+	if !ok {
+		w = newWake()
+		t.wakes[table] = w
+	}
+	return w
+}
+
+// signal wakes the subscriptions of table, or of every table when table is
+// empty (after a reconnection, when notifications may have been missed).
+func (t *Transport) signal(table string) {
+	t.wakesMu.Lock()
+	defer t.wakesMu.Unlock()
+	if table == "" {
+		for _, w := range t.wakes {
+			w.signal()
+		}
+		return
+	}
+	if w, ok := t.wakes[table]; ok {
+		w.signal()
+	}
+}
+
+// listen keeps a connection that LISTENs on NotifyChannel and wakes the
+// subscriptions of the tables it hears about, reconnecting after a
+// failure, until ctx ends. conn is the first connection, already
+// listening.
+func (t *Transport) listen(ctx context.Context, conn *pgx.Conn) {
+	defer t.wg.Done()
+	for {
+		for conn != nil {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				_ = conn.Close(context.Background())
+				conn = nil
+				if ctx.Err() != nil {
+					return
+				}
+				t.logger.Error("LISTEN connection lost; polling until it is back", err, nil)
+				break
+			}
+			t.signal(n.Payload)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(t.cfg.RetryInterval):
+		}
+		c, err := t.connectListener(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.logger.Error("Cannot reconnect the LISTEN connection", err, nil)
+			}
+			continue
+		}
+		conn = c
+		t.signal("") // what was missed meanwhile
+	}
+}
+
+// connectListener opens a connection outside the pool and LISTENs.
+func (t *Transport) connectListener(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, t.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// backoff is the watermill-sql BackoffManager of one subscription. An idle
+// subscription waits for a notification of its table or PollInterval,
+// whichever comes first; watermill-sql calls it from the subscription's
+// single goroutine, so seen needs no lock.
+type backoff struct {
+	w     *wake
+	seen  uint64 // notifications counted when the last query started
+	poll  time.Duration
+	retry time.Duration
+	done  <-chan struct{} // the subscription's context
+	stop  <-chan struct{} // the transport is closing
+}
+
+// HandleError waits, then returns 0: the subscription queries again at
+// once.
+func (b *backoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
+	switch {
+	case err != nil:
+		if b.stopping() {
+			return 0
+		}
+		msg := strings.ToLower(err.Error())
+		if strings.Contains(msg, "deadlock") || strings.Contains(msg, "concurrent update") {
+			return 0
+		}
+		logger.Error("Error querying for messages", err, watermill.LogFields{"wait_time": b.retry})
+		b.sleep(b.retry, nil)
+		return 0
+	case !noMsg:
+		return 0
+	}
+	n, ch := b.w.state()
+	if n != b.seen {
+		// A message committed since the last look: look again now.
+		b.seen = n
+		return 0
+	}
+	b.sleep(b.poll, ch)
+	b.seen, _ = b.w.state()
+	return 0
+}
+
+func (b *backoff) sleep(d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-b.done:
+	case <-b.stop:
+	}
+}
+
+func (b *backoff) stopping() bool {
+	select {
+	case <-b.done:
+		return true
+	case <-b.stop:
+		return true
+	default:
+		return false
+	}
+}
