@@ -58,29 +58,40 @@ func (c MemoryConfig) Validate() error {
 }
 
 // Memory is the in-process Store. Each key belongs to one of a fixed number
-// of shards, each with its own mutex, map and token counter, so callers on
-// different keys rarely meet. A key is in its shard's map exactly while it is
-// held; its waiters queue on the holder, and a key with neither holder nor
-// waiter takes no memory.
+// of shards, each with its own mutex, table of held locks and token counter,
+// so callers on different keys rarely meet. A key is in its shard's table
+// exactly while it is held; its waiters queue on the holder, and a key with
+// neither holder nor waiter takes no memory.
 //
 // Lock is first come first served per key: a release hands the key straight
 // to the oldest waiter, so TryLock never overtakes a queue. Tokens come from
 // a per-shard counter that only grows (Reset does not rewind it), which
-// makes them strictly increasing per key; they are not comparable across
-// keys.
+// makes them strictly increasing per key, and unique in the store.
+//
+// Grants are stamped with the clock's time at the store's creation plus
+// the monotonic time elapsed since, which costs half of a time.Now call.
 //
 // With a TTL, every lock is a lease ended by a timer of the configured
 // Clock, so the next waiter is granted the key without anyone calling into
 // the store. The only goroutines a Memory starts are those timers' calls;
 // Close stops the timers and waits for any call already running.
 type Memory struct {
-	ttl       time.Duration
-	clock     Clock
-	node      string
-	seed      maphash.Seed
-	mask      uint64
-	tokenBits int
-	shards    []memShard
+	ttl   time.Duration
+	clock Clock
+	// base is the clock's time when the store was made; grants record their
+	// offset from it, read from the monotonic clock alone when clock is the
+	// system clock.
+	base     time.Time
+	sysClock bool
+	node     string
+	seed     maphash.Seed
+	// hashMask is all ones; a test clears it to make every key collide.
+	hashMask uint64
+	// shardBits is log2(len(shards)); the top shardBits bits of a key's
+	// hash, h>>shardShift, pick its shard.
+	shardBits  int
+	shardShift uint
+	shards     []memShard
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -89,17 +100,16 @@ type Memory struct {
 	timers sync.WaitGroup
 }
 
-// memShard is one part of a Memory's key space. Its fields after m are
-// guarded by mu, as are the mutable fields of its locks and waiters.
+// memShard is one part of a Memory's key space. Its fields after index
+// are guarded by mu, as are the mutable fields of its locks and waiters.
 type memShard struct {
 	mu     sync.Mutex
 	m      *Memory
 	index  int64
 	closed bool
-	seq    int64
-	keys   map[Key]*memLock
-	// peak is the largest len(keys) since keys was last rebuilt.
-	peak int
+	// seq counts the grants of the shard; a token is seq and index.
+	seq  int64
+	held lockTable
 	// Keep the hot fields of neighbouring shards on different cache lines.
 	_ [64]byte
 }
@@ -118,20 +128,20 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 	m := &Memory{
 		ttl:       cfg.TTL,
 		clock:     cmp.Or(cfg.Clock, Clock(systemClock{})),
-		node:      cfg.Node,
+		node:      cmp.Or(cfg.Node, defaultNode()),
 		seed:      maphash.MakeSeed(),
-		mask:      uint64(n - 1),
-		tokenBits: bits.TrailingZeros(uint(n)),
+		hashMask:  ^uint64(0),
+		shardBits: bits.TrailingZeros(uint(n)),
 		shards:    make([]memShard, n),
 	}
-	if m.node == "" {
-		m.node = defaultNode()
-	}
+	m.shardShift = uint(64 - m.shardBits)
+	_, m.sysClock = m.clock.(systemClock)
+	m.base = m.clock.Now()
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.m = m
 		s.index = int64(i)
-		s.keys = make(map[Key]*memLock)
+		s.held.resize(minTableSize)
 	}
 	return m, nil
 }
@@ -144,10 +154,25 @@ func defaultNode() string {
 	return host + "/" + strconv.Itoa(os.Getpid())
 }
 
-// shardOf returns the shard that owns key.
-func (m *Memory) shardOf(key Key) *memShard {
-	h := maphash.String(m.seed, key.Namespace)*0x9e3779b97f4a7c15 ^ maphash.String(m.seed, key.ID)
-	return &m.shards[(h^h>>32)&m.mask]
+// hash returns the hash of key. Its top bits pick the key's shard, its low
+// bits the key's place in the shard's table.
+func (m *Memory) hash(key Key) uint64 {
+	h := maphash.String(m.seed, key.Namespace)
+	h = (h ^ h>>29) * 0xbf58476d1ce4e5b9 // mix before adding the id's hash
+	return (h ^ maphash.String(m.seed, key.ID)) & m.hashMask
+}
+
+// shardOf returns the shard of the key of hash h.
+func (m *Memory) shardOf(h uint64) *memShard {
+	return &m.shards[h>>m.shardShift]
+}
+
+// stamp returns the time now as an offset from m.base.
+func (m *Memory) stamp() time.Duration {
+	if m.sysClock {
+		return time.Since(m.base)
+	}
+	return m.clock.Now().Sub(m.base)
 }
 
 // TryLock takes key now, or fails with ErrLocked while it is held. A ctx
@@ -159,18 +184,19 @@ func (m *Memory) TryLock(ctx context.Context, key Key) (Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s := m.shardOf(key)
+	h := m.hash(key)
+	s := m.shardOf(h)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if _, held := s.keys[key]; held {
+	if s.held.find(h, key) != nil {
 		s.mu.Unlock()
 		return nil, ErrLocked
 	}
-	l := &memLock{}
-	s.grant(key, l)
+	l := s.grant(h, key)
+	s.held.insert(l)
 	s.mu.Unlock()
 	return l, nil
 }
@@ -187,21 +213,22 @@ func (m *Memory) Lock(ctx context.Context, key Key) (Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s := m.shardOf(key)
+	h := m.hash(key)
+	s := m.shardOf(h)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	holder, held := s.keys[key]
-	if !held {
-		l := &memLock{}
-		s.grant(key, l)
+	holder := s.held.find(h, key)
+	if holder == nil {
+		l := s.grant(h, key)
+		s.held.insert(l)
 		s.mu.Unlock()
 		return l, nil
 	}
 	w := &waiter{ready: make(chan struct{})}
-	holder.enqueue(w)
+	holder.extension().queue.push(w)
 	s.mu.Unlock()
 
 	select {
@@ -209,7 +236,8 @@ func (m *Memory) Lock(ctx context.Context, key Key) (Lock, error) {
 	case <-ctx.Done():
 		s.mu.Lock()
 		if w.state == waiting {
-			s.keys[key].dequeue(w)
+			// The key's holder may have changed, never its queue.
+			s.held.find(h, key).ext.queue.remove(w)
 			s.mu.Unlock()
 			return nil, ctx.Err()
 		}
@@ -234,8 +262,8 @@ func (m *Memory) Held(ctx context.Context) ([]Holder, error) {
 			s.mu.Unlock()
 			return nil, ErrClosed
 		}
-		for _, l := range s.keys {
-			hs = append(hs, Holder{Key: l.key, Token: l.token, AcquiredAt: l.at, Node: m.node})
+		for l := range s.held.all {
+			hs = append(hs, Holder{Key: l.key, Token: l.token, AcquiredAt: l.AcquiredAt(), Node: m.node})
 		}
 		s.mu.Unlock()
 	}
@@ -258,12 +286,9 @@ func (m *Memory) Reset(ctx context.Context) error {
 			s.mu.Unlock()
 			return ErrClosed
 		}
-		locks = locks[:0]
-		for _, l := range s.keys {
-			locks = append(locks, l)
-		}
+		locks = slices.AppendSeq(locks[:0], s.held.all)
 		for _, l := range locks {
-			s.lose(l)
+			s.end(l, lost)
 		}
 		s.mu.Unlock()
 	}
@@ -281,16 +306,17 @@ func (m *Memory) Close() error {
 			s := &m.shards[i]
 			s.mu.Lock()
 			s.closed = true
-			for _, l := range s.keys {
-				l.failWaiters(ErrClosed)
+			for l := range s.held.all {
 				l.state = lost
-				s.stopLease(l)
-				if l.lost != nil {
-					close(l.lost)
+				if e := l.ext; e != nil {
+					e.failWaiters(ErrClosed)
+					s.stopLease(e)
+					if e.lost != nil {
+						close(e.lost)
+					}
 				}
 			}
-			s.keys = nil
-			s.peak = 0
+			s.held = lockTable{}
 			s.mu.Unlock()
 		}
 		m.timers.Wait()
@@ -301,11 +327,12 @@ func (m *Memory) Close() error {
 // Waiting returns the number of Lock calls waiting for key now, not counting
 // its holder. Tests use it to know that a waiter has queued.
 func (m *Memory) Waiting(key Key) int {
-	s := m.shardOf(key)
+	h := m.hash(key)
+	s := m.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l := s.keys[key]; l != nil && l.queue != nil {
-		return l.queue.n
+	if l := s.held.find(h, key); l != nil && l.ext != nil {
+		return l.ext.queue.n
 	}
 	return 0
 }
@@ -317,7 +344,7 @@ func (m *Memory) Len() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += len(s.keys)
+		n += s.held.n
 		s.mu.Unlock()
 	}
 	return n
@@ -327,91 +354,74 @@ func (m *Memory) Len() int {
 // memory store has no order of its own, so it is lockstore.CompareKeys.
 func (m *Memory) CompareKeys(a, b Key) int { return CompareKeys(a, b) }
 
-// grant makes l the holder of key, with a fresh token and lease. The caller
-// holds s.mu and has checked that the shard is open.
-func (s *memShard) grant(key Key, l *memLock) {
+// grant returns a new grant of key, of hash h, with a fresh token and
+// lease; the caller puts it in the table. The caller holds s.mu and has
+// checked that the shard is open.
+func (s *memShard) grant(h uint64, key Key) *memLock {
 	s.seq++
-	l.shard = s
-	l.key = key
-	l.token = s.seq<<s.m.tokenBits | s.index
-	l.at = s.m.clock.Now()
-	l.state = held
-	s.keys[key] = l
-	if n := len(s.keys); n > s.peak {
-		s.peak = n
-	}
+	l := &memLock{shard: s, key: key, hash: h, token: s.seq<<s.m.shardBits | s.index, at: s.m.stamp(), state: held}
 	if s.m.ttl > 0 {
 		s.startLease(l)
 	}
+	return l
 }
 
-// pass gives the key of old, which has just ended, to its oldest waiter, or
-// forgets the key when nobody waits. The caller holds s.mu.
-func (s *memShard) pass(old *memLock) {
-	q := old.queue
-	old.queue = nil
-	if q == nil {
-		delete(s.keys, old.key)
-		s.shrink()
-		return
+// handTo hands the key of l, which has ended, to the waiter w, whose lock
+// takes l's place in the table with a fresh token and lease and the rest of
+// l's queue. The caller holds s.mu.
+func (s *memShard) handTo(l *memLock, w *waiter) {
+	s.seq++
+	w.lock = memLock{shard: s, key: l.key, hash: l.hash, token: s.seq<<s.m.shardBits | s.index, at: s.m.stamp(), state: held, ext: &w.ext}
+	w.ext.queue, l.ext.queue = l.ext.queue, waitQueue{}
+	if s.m.ttl > 0 {
+		s.startLease(&w.lock)
 	}
-	w := q.pop()
-	if q.n > 0 {
-		w.lock.queue = q
-	}
-	s.grant(old.key, &w.lock)
+	s.held.replace(l, &w.lock)
 	w.state = granted
 	close(w.ready)
 }
 
-// lose ends l for a reason other than its Release: its Lost channel closes
-// and the key passes on. The caller holds s.mu and l is held.
-func (s *memShard) lose(l *memLock) {
-	l.state = lost
-	s.stopLease(l)
-	if l.lost != nil {
-		close(l.lost)
-	}
-	s.pass(l)
-}
-
-// shrinkMin is the smallest peak size from which a shard's map is rebuilt
-// when most of its keys are gone: Go maps never give memory back.
-const shrinkMin = 1024
-
-// shrink rebuilds the shard's map once it holds an eighth of its peak, so
-// that a storm of keys leaves no memory behind. The caller holds s.mu.
-func (s *memShard) shrink() {
-	n := len(s.keys)
-	if s.peak < shrinkMin || n > s.peak/8 {
+// end ends the held lock l, as released by its owner or lost: a lost lock's
+// Lost channel closes. The key goes to its oldest waiter, or is forgotten
+// when nobody waits. The caller holds s.mu.
+func (s *memShard) end(l *memLock, how lockState) {
+	l.state = how
+	e := l.ext
+	if e == nil {
+		s.held.delete(l)
 		return
 	}
-	fresh := make(map[Key]*memLock, n)
-	for k, l := range s.keys {
-		fresh[k] = l
+	s.stopLease(e)
+	if how == lost && e.lost != nil {
+		close(e.lost)
 	}
-	s.keys = fresh
-	s.peak = n
+	if e.queue.n == 0 {
+		s.held.delete(l)
+		return
+	}
+	s.handTo(l, e.queue.pop())
 }
 
 // startLease schedules the end of l's lease one TTL from now. The caller
 // holds s.mu and the shard is open.
 func (s *memShard) startLease(l *memLock) {
 	ls := &lease{}
-	l.lease = ls
+	e := l.extension()
+	e.lease = ls
 	s.m.timers.Add(1)
 	ls.timer = s.m.clock.AfterFunc(s.m.ttl, func() { s.expire(l, ls) })
 }
 
-// stopLease cancels l's pending lease timer, if any. The caller holds s.mu.
-func (s *memShard) stopLease(l *memLock) {
-	if l.lease == nil {
+// stopLease cancels the pending lease timer of a lock, if any. The caller
+// holds s.mu.
+func (s *memShard) stopLease(e *lockExt) {
+	if e.lease == nil {
 		return
 	}
-	if l.lease.timer.Stop() {
+	if e.lease.timer.Stop() {
 		s.m.timers.Done()
 	}
-	l.lease = nil
+	e.lease = nil
 }
 
 // expire runs when the lease ls of l runs out: unless l was released or
@@ -420,8 +430,8 @@ func (s *memShard) expire(l *memLock, ls *lease) {
 	defer s.m.timers.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.state == held && l.lease == ls {
-		l.lease = nil
-		s.lose(l)
+	if l.state == held && l.ext.lease == ls {
+		l.ext.lease = nil
+		s.end(l, lost)
 	}
 }

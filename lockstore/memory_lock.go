@@ -10,27 +10,40 @@ import (
 type lockState uint8
 
 const (
-	held     lockState = iota + 1 // in its shard's map, the key's holder
+	held     lockState = iota + 1 // in its shard's table, the key's holder
 	released                      // ended by its own Release
 	lost                          // ended by lease expiry, Reset or Close
 )
 
-// memLock is one grant of a Memory. key, token and at never change after
-// the grant; the other fields are guarded by the shard's mutex. A held
-// memLock is the value of its key in the shard's map, and carries the key's
-// waiters.
+// memLock is one grant of a Memory. Its fields up to at never change after
+// the grant; state and ext are guarded by the shard's mutex. A held memLock
+// is in its shard's table. It is the only allocation of an uncontended
+// TryLock, so what only some locks need lives in ext.
 type memLock struct {
 	shard *memShard
 	key   Key
+	hash  uint64
 	token int64
-	at    time.Time
+	at    time.Duration // since shard.m.base
 
 	state lockState
-	// lost is made on the first call to Lost, and closed when the lock is
+	ext   *lockExt
+}
+
+// lockExt is the part of a lock made when first needed: by Lost, by a
+// waiter queuing, by a lease.
+type lockExt struct {
+	// lost is made by the first call to Lost, and closed when the lock is
 	// lost.
-	lost  chan struct{}
-	queue *waitQueue
+	lost chan struct{}
+	// queue holds the key's waiters while the lock is held.
+	queue waitQueue
 	lease *lease
+}
+
+// lease is one scheduled end of a lock; Refresh replaces it with a new one.
+type lease struct {
+	timer Timer
 }
 
 var (
@@ -38,9 +51,13 @@ var (
 	_ Refresher = (*memLock)(nil)
 )
 
-// lease is one scheduled end of a lock; Refresh replaces it with a new one.
-type lease struct {
-	timer Timer
+// extension returns l.ext, making it first if needed. The caller holds the
+// shard's mutex.
+func (l *memLock) extension() *lockExt {
+	if l.ext == nil {
+		l.ext = &lockExt{}
+	}
+	return l.ext
 }
 
 // Key is the key this lock holds.
@@ -50,7 +67,7 @@ func (l *memLock) Key() Key { return l.key }
 func (l *memLock) Token() int64 { return l.token }
 
 // AcquiredAt is when the store's clock granted the lock.
-func (l *memLock) AcquiredAt() time.Time { return l.at }
+func (l *memLock) AcquiredAt() time.Time { return l.shard.m.base.Add(l.at) }
 
 // Lost is closed when the lock ends by lease expiry, Reset or Close. It is
 // never closed by the lock's own Release.
@@ -58,13 +75,14 @@ func (l *memLock) Lost() <-chan struct{} {
 	s := l.shard
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.lost == nil {
-		l.lost = make(chan struct{})
+	e := l.extension()
+	if e.lost == nil {
+		e.lost = make(chan struct{})
 		if l.state == lost {
-			close(l.lost)
+			close(e.lost)
 		}
 	}
-	return l.lost
+	return e.lost
 }
 
 // Release gives the key to its next waiter, or frees it. It returns nil,
@@ -73,9 +91,7 @@ func (l *memLock) Release(context.Context) error {
 	s := l.shard
 	s.mu.Lock()
 	if l.state == held {
-		l.state = released
-		s.stopLease(l)
-		s.pass(l)
+		s.end(l, released)
 	}
 	s.mu.Unlock()
 	return nil
@@ -98,40 +114,21 @@ func (l *memLock) Refresh(ctx context.Context) error {
 		return fmt.Errorf("lockstore: refresh %s: %w", l.key, ErrLockLost)
 	}
 	if s.m.ttl > 0 {
-		s.stopLease(l)
+		s.stopLease(l.ext)
 		s.startLease(l)
 	}
 	return nil
 }
 
-// failWaiters fails every waiter queued on l with err. The caller holds the
-// shard's mutex.
-func (l *memLock) failWaiters(err error) {
-	if l.queue == nil {
-		return
-	}
-	for w := l.queue.head; w != nil; w = w.next {
+// failWaiters fails every waiter queued on the lock with err. The caller
+// holds the shard's mutex.
+func (e *lockExt) failWaiters(err error) {
+	for w := e.queue.head; w != nil; w = w.next {
 		w.state = failed
 		w.err = err
 		close(w.ready)
 	}
-	l.queue = nil
-}
-
-// enqueue adds w at the back of the waiters of l's key.
-func (l *memLock) enqueue(w *waiter) {
-	if l.queue == nil {
-		l.queue = &waitQueue{}
-	}
-	l.queue.push(w)
-}
-
-// dequeue removes w, which gave up, from the waiters of l's key.
-func (l *memLock) dequeue(w *waiter) {
-	l.queue.remove(w)
-	if l.queue.n == 0 {
-		l.queue = nil
-	}
+	e.queue = waitQueue{}
 }
 
 // waitState is where a waiter is: queued, or out of the queue with a grant
@@ -144,12 +141,13 @@ const (
 	failed
 )
 
-// waiter is one Lock call queued on a held key. Its lock is filled in, and
-// returned to the caller, when the key is handed to it. The fields after
-// lock are guarded by the shard's mutex; ready is closed when state leaves
-// waiting.
+// waiter is one Lock call queued on a held key. Its lock, with ext as its
+// extension, is filled in and returned to the caller when the key is
+// handed to it. The other fields are guarded by the shard's mutex; ready is
+// closed when state leaves waiting.
 type waiter struct {
 	lock       memLock
+	ext        lockExt
 	prev, next *waiter
 	ready      chan struct{}
 	state      waitState
