@@ -89,7 +89,7 @@ type Memory struct {
 	hashMask uint64
 	// shardBits is log2(len(shards)); the top shardBits bits of a key's
 	// hash, h>>shardShift, pick its shard.
-	shardBits  int
+	shardBits  uint
 	shardShift uint
 	shards     []memShard
 
@@ -107,7 +107,7 @@ type memShard struct {
 	m      *Memory
 	index  int64
 	closed bool
-	// seq counts the grants of the shard; a token is seq and index.
+	// seq counts the grants of the shard (see nextToken).
 	seq  int64
 	held lockTable
 	// Keep the hot fields of neighbouring shards on different cache lines.
@@ -131,10 +131,10 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 		node:      cmp.Or(cfg.Node, defaultNode()),
 		seed:      maphash.MakeSeed(),
 		hashMask:  ^uint64(0),
-		shardBits: bits.TrailingZeros(uint(n)),
+		shardBits: uint(bits.TrailingZeros(uint(n))),
 		shards:    make([]memShard, n),
 	}
-	m.shardShift = uint(64 - m.shardBits)
+	m.shardShift = 64 - m.shardBits
 	_, m.sysClock = m.clock.(systemClock)
 	m.base = m.clock.Now()
 	for i := range m.shards {
@@ -358,20 +358,26 @@ func (m *Memory) CompareKeys(a, b Key) int { return CompareKeys(a, b) }
 // lease; the caller puts it in the table. The caller holds s.mu and has
 // checked that the shard is open.
 func (s *memShard) grant(h uint64, key Key) *memLock {
-	s.seq++
-	l := &memLock{shard: s, key: key, hash: h, token: s.seq<<s.m.shardBits | s.index, at: s.m.stamp(), state: held}
+	l := &memLock{shard: s, key: key, hash: h, token: s.nextToken(), at: s.m.stamp(), state: held}
 	if s.m.ttl > 0 {
 		s.startLease(l)
 	}
 	return l
 }
 
+// nextToken counts a grant of the shard and returns its token: the count
+// above the shard's index, so that it grows with every grant of the shard
+// and no other shard gives it. The caller holds s.mu.
+func (s *memShard) nextToken() int64 {
+	s.seq++
+	return s.seq<<s.m.shardBits | s.index
+}
+
 // handTo hands the key of l, which has ended, to the waiter w, whose lock
 // takes l's place in the table with a fresh token and lease and the rest of
 // l's queue. The caller holds s.mu.
 func (s *memShard) handTo(l *memLock, w *waiter) {
-	s.seq++
-	w.lock = memLock{shard: s, key: l.key, hash: l.hash, token: s.seq<<s.m.shardBits | s.index, at: s.m.stamp(), state: held, ext: &w.ext}
+	w.lock = memLock{shard: s, key: l.key, hash: l.hash, token: s.nextToken(), at: s.m.stamp(), state: held, ext: &w.ext}
 	w.ext.queue, l.ext.queue = l.ext.queue, waitQueue{}
 	if s.m.ttl > 0 {
 		s.startLease(&w.lock)
