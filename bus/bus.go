@@ -37,8 +37,8 @@ type Bus struct {
 	state    int
 	handlers map[string]*entry // by command name
 
-	sem      chan struct{} // HandlerConcurrency slots
-	inflight sync.WaitGroup
+	workers  *workers       // HandlerConcurrency goroutines that run handlers
+	inflight sync.WaitGroup // commands handed to workers and not done
 	loops    sync.WaitGroup // topic loops of command subscriptions
 
 	runCtx     context.Context // the context handlers run in
@@ -72,7 +72,7 @@ func New(cfg Config) (*Bus, error) {
 		replyTopic: cfg.ReplyTopic(cfg.NodeID),
 		logger:     cfg.Logger.With(watermill.LogFields{"bus_node": cfg.NodeID}),
 		handlers:   make(map[string]*entry),
-		sem:        make(chan struct{}, cfg.HandlerConcurrency),
+		workers:    newWorkers(cfg.HandlerConcurrency),
 		stopLoops:  make(chan struct{}),
 	}
 	b.waiters.m = make(map[string]chan reply)
@@ -191,6 +191,7 @@ func (b *Bus) Close() error {
 			b.replyLoop.Wait()
 		}
 	}
+	b.workers.close()
 	b.cancelRuns()
 	b.waiters.failAll(ErrClosed)
 	return nil

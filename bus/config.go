@@ -112,8 +112,9 @@ type Config struct {
 	// DefaultReplyTopic. Every node must agree on it.
 	ReplyTopic TopicFunc
 
-	// HandlerConcurrency bounds how many commands this bus handles at once;
-	// more wait (a Send blocks, a message stays unread). Default
+	// HandlerConcurrency bounds how many commands this bus handles at once,
+	// on as many goroutines, started on demand and kept until Close; more
+	// commands wait (a Send blocks, a message stays unread). Default
 	// DefaultHandlerConcurrency. A transport may handle fewer: watermill-sql
 	// hands over one message per subscription at a time.
 	HandlerConcurrency int

@@ -127,28 +127,25 @@ func (b *Bus) publish(ctx context.Context, msg *message.Message, name string) er
 	return nil
 }
 
-// handleLocal runs msg through its handler in a goroutine of the bus, and
-// gives its reply to done, if any, once a handler slot is free.
+// handleLocal runs msg through its handler on a worker of the bus, and
+// gives its reply to done, if any. It returns once a worker took it.
 func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string, done func(reply)) error {
 	if err := b.begin(); err != nil {
 		return err
 	}
-	select {
-	case b.sem <- struct{}{}:
-	case <-ctx.Done():
-		b.inflight.Done()
-		return timeoutError(ctx, msg.UUID, name)
-	}
-	go func() {
+	job := func() {
 		defer b.inflight.Done()
-		defer func() { <-b.sem }()
 		r, poison := b.process(msg)
 		if done != nil {
 			done(r)
 			return
 		}
 		b.dropped(msg, r, poison)
-	}()
+	}
+	if !b.workers.submit(job, ctx.Done()) {
+		b.inflight.Done()
+		return timeoutError(ctx, msg.UUID, name)
+	}
 	return nil
 }
 
@@ -164,19 +161,16 @@ func (b *Bus) receiveCommands(ch <-chan *message.Message) {
 			if !ok {
 				return
 			}
-			select {
-			case b.sem <- struct{}{}:
-			case <-b.stopLoops:
+			b.inflight.Add(1)
+			if !b.workers.submit(func() {
+				defer b.inflight.Done()
+				b.handleMessage(msg)
+			}, b.stopLoops) {
 				// Left unacked: the subscription's end gives it back to
 				// the transport.
+				b.inflight.Done()
 				return
 			}
-			b.inflight.Add(1)
-			go func() {
-				defer b.inflight.Done()
-				defer func() { <-b.sem }()
-				b.handleMessage(msg)
-			}()
 		}
 	}
 }

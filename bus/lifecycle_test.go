@@ -186,3 +186,35 @@ func TestCloseWaitsThenCancelsHandlers(t *testing.T) {
 		})
 	}
 }
+
+// HandlerConcurrency bounds the handlers running at once; a Send waits for
+// a free slot until its ctx ends.
+func TestHandlerConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	started := make(chan int, 10)
+	b := startBus(t, bus.Config{HandlerConcurrency: 2}, func(b *bus.Bus) {
+		require.NoError(t, bus.Handle(b, func(_ context.Context, c *Block) (int, error) {
+			started <- c.ID
+			<-release
+			return c.ID, nil
+		}))
+	})
+	require.NoError(t, b.Send(context.Background(), &Block{ID: 1}))
+	require.NoError(t, b.Send(context.Background(), &Block{ID: 2}))
+	<-started
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := b.Send(ctx, &Block{ID: 3})
+	require.ErrorIs(t, err, middleware.ErrTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = bus.Dispatch[int](ctx, b, &Block{ID: 4})
+	require.ErrorIs(t, err, middleware.ErrTimeout)
+	require.Zero(t, b.Pending())
+	close(release)
+	got, err := bus.Dispatch[int](context.Background(), b, &Block{ID: 5})
+	require.NoError(t, err)
+	require.Equal(t, 5, got)
+	require.Len(t, started, 1, "only commands 1, 2 and 5 ran")
+}

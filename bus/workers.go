@@ -1,0 +1,66 @@
+package bus
+
+import "sync"
+
+// workers runs jobs on at most max goroutines, started on demand and kept
+// until stop: a goroutine that handled a command keeps its grown stack for
+// the next one, where a fresh goroutine per command would grow (copy) its
+// stack each time.
+type workers struct {
+	jobs chan func()
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu  sync.Mutex
+	n   int
+	max int
+}
+
+func newWorkers(max int) *workers {
+	return &workers{jobs: make(chan func()), stop: make(chan struct{}), max: max}
+}
+
+// submit runs f on an idle worker, or a new one while there are fewer than
+// max, or else waits for a worker until cancel is closed; it reports
+// whether f was handed over.
+func (w *workers) submit(f func(), cancel <-chan struct{}) bool {
+	select {
+	case w.jobs <- f:
+		return true
+	default:
+	}
+	w.mu.Lock()
+	if w.n < w.max {
+		w.n++
+		w.wg.Add(1)
+		w.mu.Unlock()
+		go w.run(f)
+		return true
+	}
+	w.mu.Unlock()
+	select {
+	case w.jobs <- f:
+		return true
+	case <-cancel:
+		return false
+	}
+}
+
+func (w *workers) run(f func()) {
+	defer w.wg.Done()
+	for {
+		f()
+		select {
+		case f = <-w.jobs:
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// close stops the workers once they are idle, and waits for them. No job
+// may be submitted after close begins.
+func (w *workers) close() {
+	close(w.stop)
+	w.wg.Wait()
+}
