@@ -175,6 +175,9 @@ type subscriber struct {
 
 // Subscribe creates topic's table if needed and returns its messages.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if s.t.closed() {
+		return nil, ErrClosed
+	}
 	if err := s.t.initTopic(ctx, topic); err != nil {
 		return nil, err
 	}

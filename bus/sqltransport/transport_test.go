@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -427,4 +428,49 @@ func TestListenerReconnects(t *testing.T) {
 		got, err := bus.Dispatch[string](ctx, other.bus, &Echo{Text: "after"})
 		return err == nil && got == "after"
 	}, "a dispatch after the backends were terminated")
+}
+
+func TestClosedTransport(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{})
+	tr, err := sqltransport.New(context.Background(), pool, sqltransport.Config{NodeID: "n"})
+	require.NoError(t, err)
+	require.NoError(t, tr.Close())
+	require.NoError(t, tr.Close(), "Close is idempotent")
+	require.ErrorIs(t, tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)), sqltransport.ErrClosed)
+	_, err = tr.Subscriber().Subscribe(context.Background(), "t")
+	require.ErrorIs(t, err, sqltransport.ErrClosed)
+	// An invalid topic is refused before any SQL.
+	tr2, err := sqltransport.New(context.Background(), pool, sqltransport.Config{NodeID: "m", DisableNotify: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tr2.Close()) })
+	require.ErrorIs(t, tr2.Publisher().Publish(`bad"topic`, message.NewMessage(uuid.NewString(), nil)), sqltransport.ErrInvalidTopic)
+}
+
+// Topics too long for a PostgreSQL identifier get distinct tables.
+func TestLongTopics(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{})
+	tr, err := sqltransport.New(context.Background(), pool, sqltransport.Config{NodeID: "n"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tr.Close()) })
+	long := "command." + strings.Repeat("x", 70)
+	topics := []string{long + ".One", long + ".Two"}
+	for _, topic := range topics {
+		msg := message.NewMessage(uuid.NewString(), []byte(topic))
+		require.NoError(t, tr.Publisher().Publish(topic, msg))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, topic := range topics {
+		ch, err := tr.Subscriber().Subscribe(ctx, topic)
+		require.NoError(t, err)
+		select {
+		case msg := <-ch:
+			require.Equal(t, topic, string(msg.Payload))
+			msg.Ack()
+		case <-time.After(20 * time.Second):
+			t.Fatal("no message on", topic)
+		}
+	}
 }
