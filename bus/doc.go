@@ -43,7 +43,7 @@
 // # Transports
 //
 // With no Publisher, the bus works in process: Dispatch and Send hand the
-// command to its handler in a goroutine of the bus, and the reply back,
+// command to its handler on a worker goroutine of the bus, and the reply back,
 // with the same encoding of the command and of the reply, the same
 // middleware and the same error semantics as over a transport. It behaves
 // as a GoChannel private to the bus, without the GoChannel's message
