@@ -35,6 +35,7 @@ type Claimer struct {
 	locker lockstore.Locker
 	seed   maphash.Seed
 	shards [numShards]shard
+	lost   lostWatch
 }
 
 // shard is one part of the table of keys, padded to a cache line so that
@@ -67,6 +68,10 @@ type keyState struct {
 	// ends their wait at once. Nil until such a waiter needs it.
 	settled context.Context
 	cancel  context.CancelFunc
+	// holder is the claim of this process granted the key last, until its
+	// release. Found still set when the next claimant is granted, it is a
+	// claim whose lock was lost.
+	holder *Claim
 }
 
 // statePool recycles keyStates, so that an uncontended claim does not
@@ -75,7 +80,7 @@ var statePool = sync.Pool{New: func() any { return new(keyState) }}
 
 // NewClaimer returns a Claimer that takes keys on l.
 func NewClaimer(l lockstore.Locker) *Claimer {
-	c := &Claimer{locker: l, seed: maphash.MakeSeed()}
+	c := &Claimer{locker: l, seed: maphash.MakeSeed(), lost: lostWatch{interval: DefaultLostCheckInterval}}
 	for i := range c.shards {
 		c.shards[i].keys = make(map[lockstore.Key]*keyState)
 	}
@@ -92,6 +97,10 @@ type Claim struct {
 	lock    lockstore.Lock
 	taken   func(context.Context) (bool, error)
 	done    atomic.Bool
+	// onLost, guarded by sh.mu, is called once, with an error matching
+	// ErrClaimLost, if the lock is lost before the claim is released (see
+	// Claimer.watchLost).
+	onLost context.CancelCauseFunc
 }
 
 // Claim takes key on the Claimer's Locker, waiting first come first served
@@ -112,6 +121,13 @@ type Claim struct {
 // lookup must read what the holder of the claim writes, in a strongly
 // consistent store (see the package documentation).
 func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*Claim, error) {
+	return c.claim(ctx, key, taken, 0)
+}
+
+// claim is Claim with the wait for the key also bounded by wait, when it
+// is positive. The bound costs a timer only when the key is not free at
+// once.
+func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error), wait time.Duration) (*Claim, error) {
 	switch {
 	case taken == nil:
 		return nil, errNilLookup
@@ -144,15 +160,31 @@ func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(conte
 	}
 	sh.mu.Unlock()
 
-	lk, err := c.lock(ctx, key, settled)
+	lk, err := c.lock(ctx, key, settled, wait)
+	var cl *Claim
+	if err == nil {
+		cl = &Claim{claimer: c, sh: sh, st: st, key: key, lock: lk, taken: taken}
+	}
 
 	sh.mu.Lock()
 	st.waiting--
+	var lostFunc func()
+	if err == nil {
+		if prev := st.holder; prev != nil {
+			// The previous holder never released: its lock was lost.
+			lostFunc = c.lost.take(prev)
+		}
+		st.holder = cl
+	}
 	if err == nil && st.gen != gen {
 		// Settled as taken while this claimant waited; it was granted before
 		// it saw the settle.
+		st.holder = nil
 		sh.leave(key, st)
 		sh.mu.Unlock()
+		if lostFunc != nil {
+			lostFunc()
+		}
 		if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil {
 			return nil, errors.Join(ErrAlreadyTaken, fmt.Errorf("uniqueness: release %s: %w", key, rerr))
 		}
@@ -167,8 +199,10 @@ func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(conte
 		return nil, fmt.Errorf("uniqueness: claim %s: %w", key, err)
 	}
 	sh.mu.Unlock()
+	if lostFunc != nil {
+		lostFunc()
+	}
 
-	cl := &Claim{claimer: c, sh: sh, st: st, key: key, lock: lk, taken: taken}
 	isTaken, lerr := lookup(ctx, taken)
 	switch {
 	case lerr != nil:
@@ -188,8 +222,21 @@ func (c *Claimer) shardOf(key lockstore.Key) *shard {
 	return &c.shards[maphash.String(c.seed, key.ID)%numShards]
 }
 
-// lock takes key, waiting with ctx; a non-nil settled ends the wait too.
-func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context) (lockstore.Lock, error) {
+// lock takes key, waiting with ctx and, when positive, for at most wait; a
+// non-nil settled ends the wait too.
+func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context, wait time.Duration) (lockstore.Lock, error) {
+	if wait > 0 {
+		if settled == nil {
+			// Nobody of this process is ahead, so the key is likely free:
+			// try it before paying for a timer.
+			if lk, err := c.locker.TryLock(ctx, key); !errors.Is(err, lockstore.ErrLocked) {
+				return lk, err
+			}
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
 	if settled == nil {
 		return c.locker.Lock(ctx, key)
 	}
@@ -287,8 +334,7 @@ func (cl *Claim) Release(ctx context.Context) error {
 	}
 	cl.sh.mu.Lock()
 	if cl.st.waiting == 0 {
-		cl.sh.leave(cl.key, cl.st)
-		cl.st = nil
+		cl.forget()
 		cl.sh.mu.Unlock()
 		return cl.releaseLock(ctx)
 	}
@@ -309,10 +355,19 @@ func (cl *Claim) release(ctx context.Context, settleTaken bool) error {
 	if settleTaken {
 		cl.st.settle()
 	}
-	cl.sh.leave(cl.key, cl.st)
-	cl.st = nil
+	cl.forget()
 	cl.sh.mu.Unlock()
 	return cl.releaseLock(ctx)
+}
+
+// forget removes the claim from its key's state. cl.sh.mu is held.
+func (cl *Claim) forget() {
+	if cl.st.holder == cl {
+		cl.st.holder = nil
+	}
+	cl.claimer.lost.forget(cl)
+	cl.sh.leave(cl.key, cl.st)
+	cl.st = nil
 }
 
 // releaseLock releases the lock under the claim.

@@ -515,3 +515,95 @@ func assertNoError(t *testing.T, err error) bool {
 	}
 	return true
 }
+
+// lostCause records the cause a watched claim's loss is reported with.
+type lostCause struct {
+	ch chan error
+}
+
+func newLostCause() *lostCause { return &lostCause{ch: make(chan error, 1)} }
+
+func (l *lostCause) cancel(err error) { l.ch <- err }
+
+func (l *lostCause) require(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-l.ch:
+		require.ErrorIs(t, err, ErrClaimLost)
+		require.Contains(t, err.Error(), "staff.email/ann@x.org")
+	case <-time.After(waitFor):
+		t.Fatal("the loss of the claim was not reported")
+	}
+}
+
+func TestWatchLost(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Minute
+	free := func(context.Context) (bool, error) { return false, nil }
+	ctx := context.Background()
+	k := key("ann@x.org")
+
+	t.Run("reported at once to a claimant granted next", func(t *testing.T) {
+		t.Parallel()
+		clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
+		store := newMemory(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
+		c := NewClaimer(store)
+		c.lost.interval = time.Hour // only the next grant can report it
+		holder, err := c.Claim(ctx, k, free)
+		require.NoError(t, err)
+		lost := newLostCause()
+		c.watchLost(holder, lost.cancel)
+		next := startClaim(ctx, c, k, free)
+		require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+		clock.Advance(ttl)
+		r := receive(t, next)
+		require.NoError(t, r.err)
+		lost.require(t)
+		require.Zero(t, c.lost.watched.Load())
+		require.NoError(t, holder.Release(ctx))
+		require.NoError(t, r.claim.Release(ctx))
+		requireNothingHeld(t, store, c)
+	})
+
+	t.Run("found by the periodic check", func(t *testing.T) {
+		t.Parallel()
+		store := newMemory(t, lockstore.MemoryConfig{})
+		c := NewClaimer(store)
+		c.lost.interval = time.Millisecond
+		holder, err := c.Claim(ctx, k, free)
+		require.NoError(t, err)
+		lost := newLostCause()
+		c.watchLost(holder, lost.cancel)
+		require.NoError(t, store.Reset(ctx))
+		lost.require(t)
+		require.NoError(t, holder.Release(ctx))
+		require.Eventually(t, func() bool { return !c.lost.armed.Load() }, waitFor, time.Millisecond,
+			"the check is no longer armed once nothing is watched")
+		requireNothingHeld(t, store, c)
+	})
+
+	t.Run("never reported after release", func(t *testing.T) {
+		t.Parallel()
+		store := newMemory(t, lockstore.MemoryConfig{})
+		c := NewClaimer(store)
+		c.lost.interval = time.Millisecond
+		var wg sync.WaitGroup
+		var reported atomic.Int64
+		for i := range 50 {
+			wg.Go(func() {
+				cl, err := c.Claim(ctx, key(fmt.Sprintf("v%d@x.org", i)), free)
+				if !assertNoError(t, err) {
+					return
+				}
+				c.watchLost(cl, func(error) { reported.Add(1) })
+				assertNoError(t, cl.Release(ctx))
+			})
+		}
+		wg.Wait()
+		require.NoError(t, store.Reset(ctx))
+		require.Zero(t, c.lost.watched.Load())
+		require.Eventually(t, func() bool { return !c.lost.armed.Load() }, waitFor, time.Millisecond)
+		require.Zero(t, reported.Load())
+		requireNothingHeld(t, store, c)
+	})
+}

@@ -25,6 +25,45 @@
 // defence: the claims make it never fire, and it catches whatever bypasses
 // them (a migration, a script, a bug).
 //
+// # The Uniqueness middleware
+//
+// New returns a middleware.Middleware configured with rules, one per
+// command type and unique field, made with Field:
+//
+//	mw, err := uniqueness.New(uniqueness.Config{
+//		Locker: store, // lockstore.NewMemory, lockstore/postgres, lockstore/sqlite
+//		Rules: []uniqueness.Rule{
+//			uniqueness.Field("email", "staff.email",
+//				func(c *commands.CreateStaff) string { return c.Email },
+//				staffEmailTaken, // func(ctx, email string) (bool, error)
+//				uniqueness.Normalize(uniqueness.NormalizeEmail),
+//				uniqueness.AlreadyDone(func(ctx context.Context, c *commands.CreateStaff, email string) (bool, error) {
+//					id, err := staffIDWithEmail(ctx, email)
+//					return id == c.StaffID, err
+//				})),
+//		},
+//	})
+//
+// Its BeforeDispatch claims every unique field of the command, all or
+// nothing, in the Locker's key order (so that two commands sharing two
+// values never deadlock, on any node), and keeps the claims in the
+// pipeline (AssignClaims, ClaimsOf). A taken value halts the command with
+// a rejection matching middleware.ErrAlreadyTaken that names the field,
+// never the value; the sender gets it back as data, on any node. A wait
+// longer than ClaimTimeout halts with a timeout rejection, a failed lookup
+// or lock store with unavailable, after releasing what was claimed. While
+// the handler runs, a lost claim cancels the handler's context (cause
+// ErrClaimLost). AfterDispatch and AfterFailure release the claims, with
+// the re-check that fails the waiters fast once the value exists.
+//
+// A rule's scope is the lock namespace: rules naming the same scope
+// compete for the same values, across command types, so a CreateStaff and
+// a ChangeStaffEmail cannot both take one address.
+//
+// With at-least-once delivery a command may arrive again after its write
+// committed. A rule's AlreadyDone recognises that write as the command's
+// own: the redelivery halts with no error (done) instead of already_taken.
+//
 // # Claims
 //
 // Claimer.Claim takes a key (namespace and value) on a lockstore.Locker,

@@ -14,6 +14,12 @@ var (
 	// structured already_taken rejection a sender gets back.
 	ErrAlreadyTaken error = middleware.ErrAlreadyTaken
 
+	// ErrClaimLost is the cause (context.Cause) of a handler's context
+	// cancelled by the Uniqueness middleware because a claim of its command
+	// was lost (a lease ran out, a lock connection broke): another claimant
+	// may now hold the value, so the handler should stop before it writes.
+	ErrClaimLost = errors.New("uniqueness: claim lost while the handler ran")
+
 	// errNilLookup is returned by Claim when the lookup function is nil.
 	errNilLookup = errors.New("uniqueness: nil lookup function (Claim needs a func(ctx) (taken bool, err error))")
 	// errNilLocker is returned by Claim on a Claimer made without a Locker.

@@ -1,0 +1,297 @@
+package uniqueness
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// DefaultClaimTimeout bounds the wait for the claims of one command when
+// Config.ClaimTimeout is zero. It is the seed's claim timeout.
+const DefaultClaimTimeout = 15 * time.Second
+
+// AssignClaims is the key under which BeforeDispatch keeps the claims it
+// took in the pipeline's Assigns; read them with ClaimsOf.
+const AssignClaims = "uniqueness.claims"
+
+// held is what BeforeDispatch keeps under AssignClaims: the claims, and the
+// cancel function of the handler's context.
+type held struct {
+	claims []*Claim
+	cancel context.CancelCauseFunc
+	buf    [2]*Claim
+}
+
+// ReleaseErrorFunc is told about a claim whose release reported an error
+// (a failed re-check, or a lock store that could not confirm the unlock).
+// The claim is released all the same; the function is for logging.
+type ReleaseErrorFunc func(ctx context.Context, key lockstore.Key, err error)
+
+// Config configures the Uniqueness middleware.
+type Config struct {
+	// Locker takes the keys of the claims. Required. Every node that
+	// handles the commands must use stores that see each other's locks
+	// (the PostgreSQL store on one database); the memory store serves one
+	// process.
+	Locker lockstore.Locker
+	// Rules name the unique fields, made with Field. At least one.
+	Rules []Rule
+	// ClaimTimeout bounds the wait for all the claims of one command;
+	// past it the command halts with a timeout rejection. It bounds the
+	// wait, never the holding: a claim is held until the handler returns.
+	// Default DefaultClaimTimeout.
+	ClaimTimeout time.Duration
+	// LostCheckInterval is how often, while commands hold claims, the
+	// middleware checks whether a claim's lock was lost (a lease ran out, a
+	// lock connection broke) to cancel its handler's context. A loss is
+	// seen at once when another command of this process is granted the
+	// key. Default DefaultLostCheckInterval.
+	LostCheckInterval time.Duration
+	// OnReleaseError, when set, is told about each release that reported
+	// an error. Default: such errors are dropped (the stores free a lock
+	// whose release is in doubt).
+	OnReleaseError ReleaseErrorFunc
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Locker == nil {
+		errs = append(errs, errors.New("uniqueness: Config.Locker is nil (give a lockstore store, such as lockstore.NewMemory)"))
+	}
+	if c.ClaimTimeout < 0 {
+		errs = append(errs, fmt.Errorf("uniqueness: Config.ClaimTimeout is negative (%v)", c.ClaimTimeout))
+	}
+	if c.LostCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("uniqueness: Config.LostCheckInterval is negative (%v)", c.LostCheckInterval))
+	}
+	if len(c.Rules) == 0 {
+		errs = append(errs, errors.New("uniqueness: Config.Rules is empty (make rules with uniqueness.Field)"))
+	}
+	type field struct {
+		t    reflect.Type
+		name string
+	}
+	seen := make(map[field]bool, len(c.Rules))
+	for i, r := range c.Rules {
+		switch {
+		case r.cmdType == nil:
+			errs = append(errs, fmt.Errorf("uniqueness: Config.Rules[%d] is a zero Rule (make rules with uniqueness.Field)", i))
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("uniqueness: Config.Rules[%d]: %w", i, r.err))
+		case seen[field{r.cmdType, r.field}]:
+			errs = append(errs, fmt.Errorf("uniqueness: Config.Rules[%d]: a second rule for field %q of %v", i, r.field, r.cmdType))
+		default:
+			seen[field{r.cmdType, r.field}] = true
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Middleware is the Uniqueness middleware: before a command's handler runs
+// it claims every unique field of the command, and it releases the claims
+// after the handler returns (see the package documentation). Use one per
+// pipeline, with all the rules. It is safe for concurrent use.
+type Middleware struct {
+	claimer        *Claimer
+	rules          []Rule
+	timeout        time.Duration
+	onReleaseError ReleaseErrorFunc
+	compare        func(a, b lockstore.Key) int
+}
+
+var _ middleware.Middleware = (*Middleware)(nil)
+
+// New returns the Uniqueness middleware configured by cfg.
+func New(cfg Config) (*Middleware, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	compare := lockstore.CompareKeys
+	if o, ok := cfg.Locker.(lockstore.KeyOrder); ok {
+		compare = o.CompareKeys
+	}
+	claimer := NewClaimer(cfg.Locker)
+	claimer.lost.interval = cmp.Or(cfg.LostCheckInterval, DefaultLostCheckInterval)
+	return &Middleware{
+		claimer:        claimer,
+		rules:          slices.Clone(cfg.Rules),
+		timeout:        cmp.Or(cfg.ClaimTimeout, DefaultClaimTimeout),
+		onReleaseError: cfg.OnReleaseError,
+		compare:        compare,
+	}, nil
+}
+
+// ClaimsOf returns the claims the Uniqueness middleware holds for the
+// command p carries, in the order they were taken; nil when it holds none.
+func ClaimsOf(p *middleware.Pipeline) []*Claim {
+	v, _ := p.Assigned(AssignClaims)
+	if h, ok := v.(*held); ok {
+		return h.claims
+	}
+	return nil
+}
+
+// target is one unique value of a command: its key and the rule it comes
+// from.
+type target struct {
+	key  lockstore.Key
+	rule *Rule
+}
+
+// BeforeDispatch claims every unique field of the command, all or nothing,
+// in the Locker's key order (so two commands sharing two values can never
+// deadlock, on any node), and keeps the claims in the pipeline
+// (AssignClaims). It halts the command, having released whatever it
+// claimed, with:
+//   - a rejection matching middleware.ErrAlreadyTaken and naming the field
+//     (never the value) when the value is taken;
+//   - nil when the value is taken by this very command's earlier, committed
+//     run (a rule's AlreadyDone), so a redelivery counts as done;
+//   - a rejection matching middleware.ErrTimeout when the claims took
+//     longer than ClaimTimeout;
+//   - a rejection matching middleware.ErrUnavailable when a lookup or the
+//     lock store failed (the cause is wrapped beside it);
+//   - a rejection matching middleware.ErrInvalid when a value is too long
+//     to be a lock key;
+//   - ctx's error when ctx ended.
+//
+// The handler's context is cancelled, with ErrClaimLost as its cause, when
+// a claim is lost while the handler runs.
+func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
+	var buf [4]target
+	targets := buf[:0]
+	for i := range m.rules {
+		r := &m.rules[i]
+		if v, ok := r.value(p.Command); ok && v != "" {
+			targets = append(targets, target{key: lockstore.Key{Namespace: r.scope, ID: v}, rule: r})
+		}
+	}
+	if len(targets) == 0 {
+		return
+	}
+	if len(targets) > 1 {
+		slices.SortStableFunc(targets, func(a, b target) int { return m.compare(a.key, b.key) })
+	}
+
+	h := &held{}
+	claims := h.buf[:0]
+	for i := 0; i < len(targets); {
+		// Keys the store maps to one lock are claimed once, checking all
+		// their values.
+		j := i + 1
+		for j < len(targets) && m.compare(targets[i].key, targets[j].key) == 0 {
+			j++
+		}
+		group := targets[i:j:j]
+		i = j
+		var hit *Rule
+		cl, err := m.claimer.claim(ctx, group[0].key, func(ctx context.Context) (bool, error) {
+			for _, t := range group {
+				taken, err := t.rule.taken(ctx, t.key.ID)
+				if err != nil {
+					return false, fmt.Errorf("field %s: %w", t.rule.field, err)
+				}
+				if taken {
+					hit = t.rule
+					return true, nil
+				}
+			}
+			return false, nil
+		}, m.timeout)
+		if err != nil {
+			m.releaseAll(ctx, claims, true)
+			field := cmp.Or(hit, group[0].rule).field
+			m.halt(ctx, p, targets, field, err)
+			return
+		}
+		claims = append(claims, cl)
+	}
+	hctx, cancel := context.WithCancelCause(p.Context())
+	p.SetContext(hctx)
+	h.claims, h.cancel = claims, cancel
+	for _, cl := range claims {
+		m.claimer.watchLost(cl, cancel)
+	}
+	p.Assign(AssignClaims, h)
+}
+
+// halt stops the command whose claim on field failed with err.
+func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets []target, field string, err error) {
+	switch {
+	case errors.Is(err, ErrAlreadyTaken):
+		for _, t := range targets {
+			if t.rule.done == nil {
+				continue
+			}
+			done, derr := t.rule.done(ctx, p.Command, t.key.ID)
+			if derr != nil {
+				p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, t.rule.field,
+					"cannot tell whether this command already took its %s", t.rule.field), derr))
+				return
+			}
+			if done {
+				p.Halt(nil)
+				return
+			}
+		}
+		p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, field, "%s is already taken", field))
+	case ctx.Err() != nil:
+		p.Halt(fmt.Errorf("uniqueness: claim on field %s: %w", field, err))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, lockstore.ErrTimeout):
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeTimeout, field,
+			"waited more than %v to claim %s", m.timeout, field), err))
+	case errors.Is(err, lockstore.ErrInvalidKey):
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, field,
+			"%s cannot be claimed: too long or not UTF-8", field), err))
+	default:
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, field,
+			"cannot check that %s is unique now", field), err))
+	}
+}
+
+// AfterDispatch releases the claims after the handler succeeded. Each
+// release runs the lookup again when claimants wait, so they fail at once
+// now that the value exists.
+func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) { m.release(ctx, p) }
+
+// AfterFailure releases the claims after the handler failed or panicked,
+// or the command was halted; the next claimant takes its turn.
+func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) { m.release(ctx, p) }
+
+// release releases the claims, and ends the handler's context.
+func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline) {
+	v, _ := p.Assigned(AssignClaims)
+	h, ok := v.(*held)
+	if !ok {
+		return
+	}
+	m.releaseAll(ctx, h.claims, false)
+	h.cancel(context.Canceled)
+}
+
+// releaseAll releases claims in reverse order. detach gives the releases a
+// context of their own, bounded by middleware.DefaultReleaseTimeout, for
+// when ctx may be done.
+func (m *Middleware) releaseAll(ctx context.Context, claims []*Claim, detach bool) {
+	if len(claims) == 0 {
+		return
+	}
+	if detach {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), middleware.DefaultReleaseTimeout)
+		defer cancel()
+	}
+	for i := len(claims) - 1; i >= 0; i-- {
+		if err := claims[i].Release(ctx); err != nil && m.onReleaseError != nil {
+			m.onReleaseError(ctx, claims[i].Key(), err)
+		}
+	}
+}

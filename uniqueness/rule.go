@@ -1,0 +1,146 @@
+package uniqueness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// LookupFunc reports whether value, already normalised, is taken: whether
+// the store the handler writes to holds it now. It must read that store
+// with strong consistency (see the package documentation).
+type LookupFunc func(ctx context.Context, value string) (bool, error)
+
+// NormalizeFunc turns a field's value into the form that is unique, such
+// as NormalizeEmail; the claim, the lookup and the handler's write must all
+// use that form.
+type NormalizeFunc func(value string) string
+
+// DoneFunc recognises a command's own earlier success, for at-least-once
+// delivery: called when the value is taken, it reports whether cmd itself
+// took it (for CreateStaff: the staff row with that email has cmd's
+// StaffID), which makes the command a redelivery whose work committed.
+type DoneFunc[C any] func(ctx context.Context, cmd C, value string) (bool, error)
+
+// NormalizeEmail trims surrounding white space and lower-cases an email
+// address, so that "  Ann@X.org" and "ann@x.org" claim the same value.
+// Store addresses in this form too, so that the lookup finds them.
+func NormalizeEmail(email string) string {
+	return strings.ToLower(strings.TrimSpace(email))
+}
+
+// Rule says that one field of one command type is unique within a scope.
+// Make one with Field.
+type Rule struct {
+	cmdType   reflect.Type
+	field     string
+	scope     string
+	match     func(cmd any) (value string, ok bool)
+	normalize NormalizeFunc
+	taken     LookupFunc
+	done      func(ctx context.Context, cmd any, value string) (bool, error)
+	err       error
+}
+
+// Option adds to a Rule made by Field: Normalize or AlreadyDone.
+type Option struct {
+	normalize NormalizeFunc
+	done      func(ctx context.Context, cmd any, value string) (bool, error)
+	doneType  reflect.Type
+}
+
+// Normalize makes a rule claim and look up f(value) instead of the value
+// as the command carries it. Without it the value is used as it is.
+func Normalize(f NormalizeFunc) Option { return Option{normalize: f} }
+
+// AlreadyDone makes a rule recognise a redelivered command whose work
+// already committed: when the value is taken and f reports true, the
+// command is done (halted with no error, its handler not run again)
+// instead of rejected as already_taken. f must say true only for the
+// command's own committed write. C must be the rule's command type.
+func AlreadyDone[C any](f DoneFunc[C]) Option {
+	o := Option{doneType: reflect.TypeFor[C]()}
+	if f != nil {
+		o.done = func(ctx context.Context, cmd any, value string) (bool, error) {
+			return f(ctx, cmd.(C), value)
+		}
+	}
+	return o
+}
+
+// Field returns the rule that field of commands of type C (the type the
+// pipeline carries, usually a pointer such as *commands.CreateStaff) is
+// unique within scope:
+//
+//	uniqueness.Field("email", "staff.email",
+//		func(c *commands.CreateStaff) string { return c.Email },
+//		staffEmailTaken, uniqueness.Normalize(uniqueness.NormalizeEmail))
+//
+// field names the field in rejections (use its name on the wire, such as
+// "email"); the value is never put in a rejection. scope is the lock
+// namespace: rules naming the same scope, for one command type or several
+// (CreateStaff and ChangeStaffEmail), compete for the same values. value
+// reads the field; taken is the lookup, given the normalised value. An
+// empty value (after normalising) claims nothing: reject it with
+// validation.
+//
+// Mistakes in the arguments are reported by Config.Validate.
+func Field[C any](field, scope string, value func(C) string, taken LookupFunc, opts ...Option) Rule {
+	r := Rule{cmdType: reflect.TypeFor[C](), field: field, scope: scope, taken: taken}
+	var errs []error
+	if field == "" {
+		errs = append(errs, errors.New("empty field name"))
+	}
+	if err := (lockstore.Key{Namespace: scope, ID: "x"}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("scope %.40q is not a valid lock namespace: %w", scope, err))
+	}
+	if value == nil {
+		errs = append(errs, errors.New("nil value function"))
+	} else {
+		r.match = func(cmd any) (string, bool) {
+			c, ok := cmd.(C)
+			if !ok {
+				return "", false
+			}
+			return value(c), true
+		}
+	}
+	if taken == nil {
+		errs = append(errs, errors.New("nil lookup"))
+	}
+	for _, o := range opts {
+		switch {
+		case o.normalize != nil:
+			r.normalize = o.normalize
+		case o.doneType != nil && o.doneType != r.cmdType:
+			errs = append(errs, fmt.Errorf("AlreadyDone is for %v, not %v", o.doneType, r.cmdType))
+		case o.doneType != nil && o.done == nil:
+			errs = append(errs, errors.New("nil AlreadyDone function"))
+		case o.done != nil:
+			r.done = o.done
+		default:
+			errs = append(errs, errors.New("empty option (a nil function given to Normalize?)"))
+		}
+	}
+	if len(errs) > 0 {
+		r.err = fmt.Errorf("uniqueness: rule for field %q of %v: %w", field, r.cmdType, errors.Join(errs...))
+	}
+	return r
+}
+
+// value returns the normalised value of the rule's field in cmd, and
+// whether cmd is of the rule's type.
+func (r *Rule) value(cmd any) (string, bool) {
+	v, ok := r.match(cmd)
+	if !ok {
+		return "", false
+	}
+	if r.normalize != nil {
+		v = r.normalize(v)
+	}
+	return v, true
+}
