@@ -1,0 +1,98 @@
+package middleware
+
+import (
+	"cmp"
+	"context"
+	"errors"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ResultFunc receives the outcome of one command an adapter ran: msg is the
+// command message, result the pipeline's response and err the command's
+// error (the halt reason, the handler's error or a recovered panic; nil on
+// success and for a command halted with a nil error). It is called once per
+// run, after the last after hook, halted runs and undecodable messages
+// included, with a context that the sender going away does not cancel and
+// that carries the run's pipeline (see PipelineFromContext; an undecodable
+// message has none). Use it to answer a sender that waits.
+//
+// A non-nil error from it is returned to the router, which nacks the
+// message so that it comes again (and the answer is sent again).
+type ResultFunc func(ctx context.Context, msg *message.Message, result any, err error) error
+
+// NewMessagePipeline returns a pipeline for cmd, named name, decoded from
+// msg: its command UUID is the message UUID, its correlation and causation
+// ids come from the metadata (the correlation id is the message UUID when
+// the metadata has none), its metadata is the message's, and its handler
+// context starts as msg.Context().
+func NewMessagePipeline(msg *message.Message, cmd any, name string) *Pipeline {
+	return &Pipeline{
+		Command:       cmd,
+		CommandName:   name,
+		CommandUUID:   msg.UUID,
+		CorrelationID: cmp.Or(msg.Metadata.Get(MetadataCorrelationID), msg.UUID),
+		CausationID:   msg.Metadata.Get(MetadataCausationID),
+		Metadata:      msg.Metadata,
+		ctx:           msg.Context(),
+	}
+}
+
+// outcome is what an adapter does with a run: the error to hand the router
+// (nil acks the message).
+type outcome struct {
+	onResult         ResultFunc
+	ackHandlerErrors bool
+}
+
+// run carries p through runner and h, calls onResult in the after hooks'
+// context, and returns the error the router gets: the ResultFunc's error;
+// nil for a halted command; the command's error unless ackHandlerErrors.
+func (o outcome) run(ctx context.Context, r *Runner, msg *message.Message, p *Pipeline, h HandlerFunc) error {
+	var resErr error
+	_, err := r.run(ctx, p, h, func(actx context.Context) {
+		res, _ := p.Response()
+		resErr = o.result(actx, msg, res, p.err)
+	})
+	switch {
+	case resErr != nil:
+		return resErr
+	case p.halted, err == nil, o.ackHandlerErrors:
+		return nil
+	}
+	return err
+}
+
+// result calls onResult, if any, recovering its panic as an error.
+func (o outcome) result(ctx context.Context, msg *message.Message, res any, err error) error {
+	if o.onResult == nil {
+		return nil
+	}
+	var rerr error
+	if perr := guard("ResultFunc", func() { rerr = o.onResult(ctx, msg, res, err) }); perr != nil {
+		return perr
+	}
+	return rerr
+}
+
+// causedRejection is a rejection built from a local error: it crosses the
+// wire as the rejection, and errors.Is also finds the cause locally.
+type causedRejection struct {
+	*Rejection
+	cause error
+}
+
+// Unwrap returns the rejection and its cause.
+func (e *causedRejection) Unwrap() []error { return []error{e.Rejection, e.cause} }
+
+// invalidMessage is the rejection of a message that is not a command the
+// adapter can run.
+func invalidMessage(err error) error {
+	return &causedRejection{Rejection: &Rejection{Code: CodeInvalid, Message: err.Error()}, cause: err}
+}
+
+// isRejection reports whether err holds a *Rejection.
+func isRejection(err error) bool {
+	var rej *Rejection
+	return errors.As(err, &rej)
+}

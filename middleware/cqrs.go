@@ -1,0 +1,125 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+)
+
+// HandlerConfig configures OnHandle and WrapHandler.
+type HandlerConfig struct {
+	// Runner runs the middleware around each command. Required.
+	Runner *Runner
+	// OnResult, when set, receives the outcome of every command; see
+	// ResultFunc. Default: none.
+	OnResult ResultFunc
+	// AckHandlerErrors returns nil (ack) for a command whose handler failed
+	// or was skipped, instead of its error (nack, unless the processor's
+	// AckCommandHandlingErrors is set). Set it when OnResult answers the
+	// sender. Default false.
+	AckHandlerErrors bool
+	// Marshaler names, for WrapHandler, a command whose message carries no
+	// name, or that is handled outside a cqrs processor. Default
+	// cqrs.JSONMarshaler{}.
+	Marshaler cqrs.CommandEventMarshaler
+}
+
+// Validate reports every problem of the configuration.
+func (c HandlerConfig) Validate() error {
+	var errs []error
+	if c.Runner == nil {
+		errs = append(errs, errors.New("middleware: HandlerConfig.Runner is nil"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c HandlerConfig) outcome() outcome {
+	return outcome{onResult: c.OnResult, ackHandlerErrors: c.AckHandlerErrors}
+}
+
+// OnHandle returns a cqrs.CommandProcessorConfig.OnHandle that runs the
+// pipeline around every handler of the processor, on the command the
+// processor decoded. The handler gets the run's handler context, derived
+// from the message's (so cqrs.OriginalMessageFromCtx keeps working) and
+// carrying the pipeline.
+//
+// A halted command returns nil (ack); a failed one returns its error (nack,
+// unless AckHandlerErrors or the processor's AckCommandHandlingErrors); an
+// OnResult error is returned in every case.
+func OnHandle(cfg HandlerConfig) (cqrs.CommandProcessorOnHandleFn, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	out := cfg.outcome()
+	return func(params cqrs.CommandProcessorOnHandleParams) error {
+		msg := params.Message
+		p := NewMessagePipeline(msg, params.Command, params.CommandName)
+		return out.run(msg.Context(), cfg.Runner, msg, p, func(ctx context.Context, p *Pipeline) (any, error) {
+			if cqrs.OriginalMessageFromCtx(ctx) == nil {
+				// A hook replaced the context with one not derived from
+				// the message's: keep requestreply handlers working.
+				ctx = cqrs.CtxWithOriginalMessage(ctx, msg)
+			}
+			return nil, params.Handler.Handle(ctx, p.Command)
+		})
+	}, nil
+}
+
+// WrapHandler returns h with the pipeline run around its Handle: the most
+// portable plug, it works with any processor and composes with Watermill's
+// requestreply handlers (wrap those, and answer halted commands with
+// ReplyUnhandled). The wrapper keeps h's HandlerName and NewCommand.
+//
+// The pipeline's ids and metadata come from the message the cqrs
+// processor puts in the context (cqrs.OriginalMessageFromCtx); called
+// outside a processor, the pipeline has no message, ids or metadata, and
+// OnResult gets a nil message.
+//
+// Handle returns nil for a halted command; the command's error when it
+// failed, unless AckHandlerErrors; an OnResult error in every case.
+func WrapHandler(h cqrs.CommandHandler, cfg HandlerConfig) (cqrs.CommandHandler, error) {
+	if h == nil {
+		return nil, errors.Join(errors.New("middleware: WrapHandler of a nil handler"), cfg.Validate())
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := cfg.Marshaler
+	if m == nil {
+		m = cqrs.JSONMarshaler{}
+	}
+	return &wrappedHandler{inner: h, runner: cfg.Runner, out: cfg.outcome(), marshaler: m}, nil
+}
+
+type wrappedHandler struct {
+	inner     cqrs.CommandHandler
+	runner    *Runner
+	out       outcome
+	marshaler cqrs.CommandEventMarshaler
+}
+
+// HandlerName returns the wrapped handler's name.
+func (w *wrappedHandler) HandlerName() string { return w.inner.HandlerName() }
+
+// NewCommand returns the wrapped handler's new command.
+func (w *wrappedHandler) NewCommand() any { return w.inner.NewCommand() }
+
+// Handle runs the pipeline around the wrapped handler's Handle.
+func (w *wrappedHandler) Handle(ctx context.Context, cmd any) error {
+	msg := cqrs.OriginalMessageFromCtx(ctx)
+	var p *Pipeline
+	if msg != nil {
+		name := w.marshaler.NameFromMessage(msg)
+		if name == "" {
+			name = w.marshaler.Name(cmd)
+		}
+		p = NewMessagePipeline(msg, cmd, name)
+	} else {
+		p = &Pipeline{Command: cmd, CommandName: w.marshaler.Name(cmd)}
+	}
+	p.ctx = ctx
+	return w.out.run(ctx, w.runner, msg, p, func(ctx context.Context, p *Pipeline) (any, error) {
+		return nil, w.inner.Handle(ctx, p.Command)
+	})
+}

@@ -1,0 +1,153 @@
+package middleware_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// cqrsEnv is a cqrs processor on a running router.
+type cqrsEnv struct {
+	pubSub     message.Publisher
+	deliveries *deliveries
+	results    *results
+}
+
+// startCQRS runs handler in a processor on a new router; onHandle, when
+// set, is the processor's OnHandle.
+func startCQRS(t *testing.T, handler cqrs.CommandHandler, onHandle cqrs.CommandProcessorOnHandleFn) *cqrsEnv {
+	t.Helper()
+	ps := newPubSub(t)
+	env := &cqrsEnv{pubSub: ps, deliveries: newDeliveries()}
+	router := newRouter(t, env.deliveries)
+	proc, err := cqrs.NewCommandProcessorWithConfig(router, cqrs.CommandProcessorConfig{
+		GenerateSubscribeTopic: func(cqrs.CommandProcessorGenerateSubscribeTopicParams) (string, error) { return "commands", nil },
+		SubscriberConstructor: func(cqrs.CommandProcessorSubscriberConstructorParams) (message.Subscriber, error) {
+			return ps, nil
+		},
+		OnHandle:  onHandle,
+		Marshaler: cqrs.JSONMarshaler{},
+		Logger:    watermill.NopLogger{},
+	})
+	require.NoError(t, err)
+	require.NoError(t, proc.AddHandlers(handler))
+	runRouter(t, router)
+	return env
+}
+
+func TestOnHandle(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	res := &results{}
+	runner := newRunner(t, middleware.Validate(), takenEmails, middleware.Hooks{
+		Before: func(_ context.Context, p *middleware.Pipeline) {
+			// A context not derived from the message's.
+			p.SetContext(context.WithValue(context.Background(), ctxKey("tx"), "tx-1"))
+		},
+	})
+	var calls atomic.Int64
+	handler := cqrs.NewCommandHandler("create_staff", func(ctx context.Context, cmd *CreateStaff) error {
+		orig := cqrs.OriginalMessageFromCtx(ctx)
+		p, _ := middleware.PipelineFromContext(ctx)
+		rec.add("handled %s original=%v pipeline=%v tx=%v", cmd.Email, orig != nil && orig.UUID == p.CommandUUID,
+			p.CommandName, ctx.Value(ctxKey("tx")))
+		if cmd.Email == "broken@x.org" && calls.Add(1) == 1 {
+			return errHandler
+		}
+		return nil
+	})
+	onHandle, err := middleware.OnHandle(middleware.HandlerConfig{Runner: runner, OnResult: res.fn})
+	require.NoError(t, err)
+	env := startCQRS(t, handler, onHandle)
+
+	ok := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+	publishAcked(t, env.pubSub, "commands", ok)
+	taken := commandMessage(t, &CreateStaff{Email: "taken@x.org"})
+	publishAcked(t, env.pubSub, "commands", taken)
+	invalid := commandMessage(t, &CreateStaff{Email: "nobody"})
+	publishAcked(t, env.pubSub, "commands", invalid)
+	broken := commandMessage(t, &CreateStaff{Email: "broken@x.org"})
+	publishAcked(t, env.pubSub, "commands", broken)
+
+	require.Equal(t, []string{
+		"handled ann@x.org original=true pipeline=middleware_test.CreateStaff tx=tx-1",
+		"handled broken@x.org original=true pipeline=middleware_test.CreateStaff tx=tx-1",
+		"handled broken@x.org original=true pipeline=middleware_test.CreateStaff tx=tx-1",
+	}, rec.list())
+	require.Equal(t, 1, env.deliveries.count(ok.UUID))
+	require.Equal(t, 1, env.deliveries.count(taken.UUID), "a halted command is acked")
+	require.Equal(t, 1, env.deliveries.count(invalid.UUID), "a halted command is acked")
+	require.Equal(t, 2, env.deliveries.count(broken.UUID), "a handler error is nacked")
+
+	got := res.list()
+	require.Len(t, got, 5)
+	require.NoError(t, got[0].err)
+	require.ErrorIs(t, got[1].err, middleware.ErrAlreadyTaken)
+	require.ErrorIs(t, got[2].err, middleware.ErrInvalid)
+	require.ErrorIs(t, got[3].err, errHandler)
+	require.NoError(t, got[4].err)
+}
+
+func TestWrapHandler(t *testing.T) {
+	t.Parallel()
+	inner := cqrs.NewCommandHandler("create_staff", func(ctx context.Context, cmd *CreateStaff) error {
+		if cmd.Email == "broken@x.org" {
+			return errHandler
+		}
+		return nil
+	})
+	res := &results{}
+	h, err := middleware.WrapHandler(inner, middleware.HandlerConfig{
+		Runner: newRunner(t, middleware.Validate(), takenEmails), OnResult: res.fn, AckHandlerErrors: true,
+	})
+	require.NoError(t, err)
+	require.Equal(t, "create_staff", h.HandlerName())
+	require.IsType(t, &CreateStaff{}, h.NewCommand())
+
+	t.Run("in a processor", func(t *testing.T) {
+		env := startCQRS(t, h, nil)
+		taken := commandMessage(t, &CreateStaff{Email: "taken@x.org"})
+		publishAcked(t, env.pubSub, "commands", taken)
+		broken := commandMessage(t, &CreateStaff{Email: "broken@x.org"})
+		publishAcked(t, env.pubSub, "commands", broken)
+		require.Equal(t, 1, env.deliveries.count(taken.UUID))
+		require.Equal(t, 1, env.deliveries.count(broken.UUID), "AckHandlerErrors acks a handler error")
+		got := res.list()
+		require.Len(t, got, 2)
+		require.Equal(t, taken.UUID, got[0].uuid)
+		require.ErrorIs(t, got[0].err, middleware.ErrAlreadyTaken)
+		require.Equal(t, broken.UUID, got[1].uuid)
+		require.ErrorIs(t, got[1].err, errHandler)
+	})
+
+	t.Run("called directly", func(t *testing.T) {
+		var name string
+		direct, err := middleware.WrapHandler(inner, middleware.HandlerConfig{
+			Runner: newRunner(t, middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+				name = p.CommandName
+			}}),
+		})
+		require.NoError(t, err)
+		require.NoError(t, direct.Handle(context.Background(), &CreateStaff{Email: "ann@x.org"}))
+		require.Equal(t, createStaffName, name)
+		require.ErrorIs(t, direct.Handle(context.Background(), &CreateStaff{Email: "broken@x.org"}), errHandler)
+	})
+}
+
+func TestHandlerConfigValidate(t *testing.T) {
+	t.Parallel()
+	require.ErrorContains(t, middleware.HandlerConfig{}.Validate(), "Runner is nil")
+	_, err := middleware.OnHandle(middleware.HandlerConfig{})
+	require.Error(t, err)
+	_, err = middleware.WrapHandler(nil, middleware.HandlerConfig{})
+	require.ErrorContains(t, err, "nil handler")
+	require.ErrorContains(t, err, "Runner is nil", "every problem is reported")
+	require.NoError(t, middleware.HandlerConfig{Runner: newRunner(t)}.Validate())
+}

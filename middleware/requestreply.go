@@ -1,0 +1,104 @@
+package middleware
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/requestreply"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// MetadataError is the metadata key of a reply's error in its wire form
+// (see MarshalError).
+const MetadataError = "_claimbus_error"
+
+// ReplyMarshaler is a requestreply.BackendPubsubMarshaler that keeps a
+// reply's error as data: a *Rejection comes back as a *Rejection, so that
+// errors.Is(reply.Error, ErrAlreadyTaken) and errors.As hold for callers of
+// requestreply.SendWithReply; any other error comes back as a *RemoteError
+// with its message. The result travels as JSON in the payload. Its replies
+// also carry Watermill's own error keys, so a sender using
+// requestreply.BackendPubsubJSONMarshaler still reads the error's message.
+type ReplyMarshaler[R any] struct{}
+
+var _ requestreply.BackendPubsubMarshaler[struct{}] = ReplyMarshaler[struct{}]{}
+
+// MarshalReply encodes the handler's result and error as a reply message.
+func (ReplyMarshaler[R]) MarshalReply(params requestreply.BackendOnCommandProcessedParams[R]) (*message.Message, error) {
+	payload, err := json.Marshal(params.HandlerResult)
+	if err != nil {
+		return nil, fmt.Errorf("middleware: cannot marshal reply result: %w", err)
+	}
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	if params.HandleErr != nil {
+		msg.Metadata.Set(requestreply.HasErrorMetadataKey, "1")
+		msg.Metadata.Set(requestreply.ErrorMetadataKey, params.HandleErr.Error())
+		msg.Metadata.Set(MetadataError, string(MarshalError(params.HandleErr)))
+	} else {
+		msg.Metadata.Set(requestreply.HasErrorMetadataKey, "0")
+	}
+	return msg, nil
+}
+
+// UnmarshalReply decodes a reply message: the result from the payload, the
+// error from the metadata.
+func (ReplyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Reply[R], error) {
+	var reply requestreply.Reply[R]
+	if msg.Metadata.Get(requestreply.HasErrorMetadataKey) == "1" {
+		if wire := msg.Metadata.Get(MetadataError); wire != "" {
+			reply.Error = UnmarshalError([]byte(wire))
+		} else {
+			reply.Error = &RemoteError{Message: msg.Metadata.Get(requestreply.ErrorMetadataKey)}
+		}
+	}
+	if err := json.Unmarshal(msg.Payload, &reply.HandlerResult); err != nil {
+		return requestreply.Reply[R]{}, fmt.Errorf("middleware: cannot unmarshal reply result: %w", err)
+	}
+	return reply, nil
+}
+
+// ReplyUnhandled returns a ResultFunc that answers the senders waiting
+// through backend (requestreply.SendWithReply) for the commands whose
+// handler did not return: halted by a hook, skipped because the context
+// was done, or rejected undecodable. A handler that returned has answered
+// through backend already: Watermill's requestreply.NewCommandHandler and
+// NewCommandHandlerWithResult reply after the handler function, so wrap
+// those (WrapHandler, OnHandle, RouterMiddleware) and give the adapter this
+// ResultFunc. Without it, a halted command's sender waits until its context
+// ends.
+//
+// The reply carries the command's error (use ReplyMarshaler so that a
+// rejection stays a *Rejection) and the response when it is an R. Messages
+// sent without waiting (no operation id) get no reply. A reply that cannot
+// be published is an error: the adapter nacks the command, which comes
+// again and is answered again.
+func ReplyUnhandled[R any](backend requestreply.Backend[R]) ResultFunc {
+	return func(ctx context.Context, msg *message.Message, result any, err error) error {
+		var cmd any
+		if p, ok := PipelineFromContext(ctx); ok {
+			if p.Handled() {
+				return nil
+			}
+			cmd = p.Command
+		}
+		if msg == nil || msg.Metadata.Get(requestreply.OperationIDMetadataKey) == "" {
+			return nil
+		}
+		res, _ := result.(R)
+		perr := backend.OnCommandProcessed(ctx, requestreply.BackendOnCommandProcessedParams[R]{
+			Command:        cmd,
+			CommandMessage: msg,
+			HandlerResult:  res,
+			HandleErr:      err,
+		})
+		// The PubSubBackend returns the command's own error to nack it
+		// unless told to ack: the adapter decides that, not the reply.
+		if perr != nil && (err == nil || !errors.Is(perr, err)) {
+			return fmt.Errorf("middleware: cannot answer command %s: %w", msg.UUID, perr)
+		}
+		return nil
+	}
+}

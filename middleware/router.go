@@ -1,0 +1,139 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// RouterConfig configures RouterMiddleware.
+type RouterConfig struct {
+	// Runner runs the middleware around each command. Required.
+	Runner *Runner
+	// Registry names and decodes the commands the middleware runs; messages
+	// carrying other names pass through untouched (see RejectUnknown).
+	// Required.
+	Registry *Registry
+	// OnResult, when set, receives the outcome of every command the
+	// middleware ran or rejected; see ResultFunc. Default: none.
+	OnResult ResultFunc
+	// AckHandlerErrors acks a command whose handler failed (returned an
+	// error or panicked) or was skipped because its context was done,
+	// instead of returning the error to the router, which nacks it (and
+	// GoChannel redelivers it at once, forever). Set it when OnResult
+	// answers the sender: a handler error is then an answer, not a reason to
+	// run the command again. Default false.
+	AckHandlerErrors bool
+	// RejectUnknown rejects a message whose command name is missing or not
+	// in the Registry as invalid (acked, and reported to OnResult) instead
+	// of passing it to the next handler. Set it on a handler whose topic
+	// carries only commands of the Registry. Default false.
+	RejectUnknown bool
+	// ReturnDecodeErrors returns an undecodable message's error (matching
+	// ErrUndecodable) to the router instead of rejecting it as invalid and
+	// acking it. Set it only when a middleware outside this one, such as
+	// Watermill's PoisonQueue, takes such messages aside: otherwise the
+	// message is redelivered forever. Default false.
+	ReturnDecodeErrors bool
+	// Logger logs the messages the middleware rejects without running them
+	// (unknown with RejectUnknown, undecodable). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports every problem of the configuration.
+func (c RouterConfig) Validate() error {
+	var errs []error
+	if c.Runner == nil {
+		errs = append(errs, errors.New("middleware: RouterConfig.Runner is nil"))
+	}
+	if c.Registry == nil {
+		errs = append(errs, errors.New("middleware: RouterConfig.Registry is nil"))
+	}
+	return errors.Join(errs...)
+}
+
+// RouterMiddleware returns a Watermill router middleware that runs the
+// pipeline around the next handler for every message carrying a command
+// of cfg.Registry, for a router the user built (add it with
+// Router.AddMiddleware or Handler.AddMiddleware before the router runs:
+// Watermill ignores middleware added to a running handler).
+//
+// For each message it reads the command name from the metadata ("name"),
+// decodes the payload into a fresh command with the Registry, builds the
+// Pipeline (see NewMessagePipeline) and runs the Runner's hooks around
+// next. The next handler gets the message with its context replaced by the
+// handler context of the run (p.Context(), which hooks may have replaced,
+// carrying the pipeline); it decodes the payload again itself, as a cqrs
+// processor does.
+//
+// Outcomes: a message with an unknown name passes to next untouched (see
+// RejectUnknown); an undecodable payload is rejected as invalid (ErrInvalid,
+// also matching ErrUndecodable locally), acked and reported to OnResult,
+// never redelivered (see ReturnDecodeErrors); a halted command is acked and
+// the messages next produced are dropped; a failed command's error goes to
+// the router (nack) unless AckHandlerErrors; OnResult's error goes to the
+// router in every case.
+func RouterMiddleware(cfg RouterConfig) (message.HandlerMiddleware, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &routerAdapter{
+		cfg:    cfg,
+		out:    outcome{onResult: cfg.OnResult, ackHandlerErrors: cfg.AckHandlerErrors},
+		logger: cfg.Logger,
+	}
+	if a.logger == nil {
+		a.logger = slog.Default()
+	}
+	return a.middleware, nil
+}
+
+type routerAdapter struct {
+	cfg    RouterConfig
+	out    outcome
+	logger *slog.Logger
+}
+
+func (a *routerAdapter) middleware(next message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		name, cmd, err := a.cfg.Registry.Decode(msg)
+		if err != nil {
+			if errors.Is(err, ErrUnknownCommand) && !a.cfg.RejectUnknown {
+				return next(msg)
+			}
+			if errors.Is(err, ErrUndecodable) && a.cfg.ReturnDecodeErrors {
+				return nil, err
+			}
+			return nil, a.reject(msg, err)
+		}
+
+		p := NewMessagePipeline(msg, cmd, name)
+		var produced []*message.Message
+		err = a.out.run(msg.Context(), a.cfg.Runner, msg, p, func(ctx context.Context, _ *Pipeline) (any, error) {
+			orig := msg.Context()
+			msg.SetContext(ctx)
+			defer msg.SetContext(orig)
+			var herr error
+			produced, herr = next(msg)
+			return nil, herr
+		})
+		if err != nil || p.err != nil || p.halted {
+			return nil, err
+		}
+		return produced, nil
+	}
+}
+
+// reject acks msg, which is not a command this middleware can run, after
+// logging it and reporting it to OnResult.
+func (a *routerAdapter) reject(msg *message.Message, err error) error {
+	a.logger.LogAttrs(msg.Context(), slog.LevelError, "command rejected without running",
+		slog.String("message_uuid", msg.UUID),
+		slog.String("command", a.cfg.Registry.Marshaler().NameFromMessage(msg)),
+		slog.String("error", err.Error()))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), a.cfg.Runner.releaseTimeout)
+	defer cancel()
+	return a.out.result(ctx, msg, nil, invalidMessage(err))
+}

@@ -1,0 +1,314 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	wmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// routerEnv is a running router whose handler on "commands" runs the
+// pipeline (RouterMiddleware) around handle.
+type routerEnv struct {
+	pubSub     message.Publisher
+	deliveries *deliveries
+	results    *results
+	handled    atomic.Int64
+	handle     func(msg *message.Message) error
+}
+
+func startRouterEnv(t *testing.T, cfg middleware.RouterConfig, res *results, outer ...message.HandlerMiddleware) *routerEnv {
+	t.Helper()
+	ps := newPubSub(t)
+	if res == nil {
+		res = &results{}
+	}
+	env := &routerEnv{pubSub: ps, deliveries: newDeliveries(), results: res}
+	if cfg.Registry == nil {
+		cfg.Registry = newRegistry(t)
+	}
+	if cfg.OnResult == nil {
+		cfg.OnResult = env.results.fn
+	}
+	cfg.Logger = discardLogger
+	mw, err := middleware.RouterMiddleware(cfg)
+	require.NoError(t, err)
+	r := newRouter(t, env.deliveries)
+	r.AddMiddleware(outer...)
+	r.AddMiddleware(mw)
+	r.AddConsumerHandler("create_staff", "commands", ps, func(msg *message.Message) error {
+		env.handled.Add(1)
+		if env.handle != nil {
+			return env.handle(msg)
+		}
+		return nil
+	})
+	runRouter(t, r)
+	return env
+}
+
+func TestRouterMiddlewareRunsPipelineAroundHandler(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	runner := newRunner(t, &recMW{name: "m1", rec: rec}, middleware.Hooks{
+		Before: func(_ context.Context, p *middleware.Pipeline) {
+			rec.add("decoded %T %s name=%s corr=%s cause=%s", p.Command, p.Command.(*CreateStaff).Email,
+				p.CommandName, p.CorrelationID, p.CausationID)
+			p.SetContext(context.WithValue(p.Context(), ctxKey("claim"), "claim-1"))
+		},
+	})
+	env := startRouterEnv(t, middleware.RouterConfig{Runner: runner}, nil)
+	env.handle = func(msg *message.Message) error {
+		p, ok := middleware.PipelineFromContext(msg.Context())
+		ids, _ := middleware.IDsFromContext(msg.Context())
+		rec.add("handler pipeline=%v claim=%v ids=%+v", ok && p.CommandUUID == msg.UUID,
+			msg.Context().Value(ctxKey("claim")), ids)
+		return nil
+	}
+
+	msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+	msg.UUID = "cmd-1"
+	msg.Metadata.Set(middleware.MetadataCorrelationID, "corr-1")
+	msg.Metadata.Set(middleware.MetadataCausationID, "cause-1")
+	publishAcked(t, env.pubSub, "commands", msg)
+
+	require.Equal(t, []string{
+		"m1.before",
+		"decoded *middleware_test.CreateStaff ann@x.org name=middleware_test.CreateStaff corr=corr-1 cause=cause-1",
+		"handler pipeline=true claim=claim-1 ids={CorrelationID:corr-1 CausationID:cmd-1}",
+		"m1.afterDispatch",
+	}, rec.list())
+	require.Equal(t, 1, env.deliveries.count("cmd-1"))
+	got := env.results.list()
+	require.Len(t, got, 1)
+	require.Equal(t, "cmd-1", got[0].uuid)
+	require.NoError(t, got[0].err)
+	require.True(t, got[0].pipeline)
+	require.True(t, got[0].handled)
+	require.True(t, got[0].ctxAlive, "the ResultFunc's context outlives the message's")
+	require.True(t, got[0].hasCancel, "the ResultFunc's context has a deadline")
+}
+
+func TestRouterMiddlewareOutcomes(t *testing.T) {
+	t.Parallel()
+	halting := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+		if p.Command.(*CreateStaff).Email == "taken@x.org" {
+			p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "taken@x.org is taken"))
+		}
+	}}
+	failOnce := func(env *routerEnv) func(*message.Message) error {
+		var calls atomic.Int64
+		return func(*message.Message) error {
+			if calls.Add(1) == 1 {
+				return errHandler
+			}
+			return nil
+		}
+	}
+
+	tests := []struct {
+		name string
+		cfg  middleware.RouterConfig
+		// handle, when set, makes the handler.
+		handle func(env *routerEnv) func(*message.Message) error
+		msg    func(t *testing.T) *message.Message
+		// failResults is how many first calls of the ResultFunc fail.
+		failResults int
+		// poison, when set, is the topic of a PoisonQueue outside.
+		poison chan *message.Message
+		check  func(t *testing.T, env *routerEnv, msg *message.Message)
+	}{
+		{
+			name: "undecodable payload is rejected as invalid, acked, answered, delivered once",
+			msg: func(t *testing.T) *message.Message {
+				msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+				msg.Payload = []byte("{not json")
+				return msg
+			},
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+				require.Zero(t, env.handled.Load())
+				got := env.results.list()
+				require.Len(t, got, 1)
+				require.ErrorIs(t, got[0].err, middleware.ErrInvalid)
+				require.ErrorIs(t, got[0].err, middleware.ErrUndecodable)
+				require.ErrorContains(t, got[0].err, createStaffName)
+				require.False(t, got[0].pipeline, "an undecodable message never had a run")
+			},
+		},
+		{
+			name:   "undecodable payload goes to a poison queue when asked",
+			cfg:    middleware.RouterConfig{ReturnDecodeErrors: true},
+			poison: make(chan *message.Message, 1),
+			msg: func(t *testing.T) *message.Message {
+				msg := commandMessage(t, &CreateStaff{})
+				msg.Payload = []byte("[]")
+				return msg
+			},
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+				require.Zero(t, env.handled.Load())
+				require.Empty(t, env.results.list())
+			},
+		},
+		{
+			name: "unknown command name passes through untouched",
+			msg: func(t *testing.T) *message.Message {
+				msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+				msg.Metadata.Set("name", "billing.Refund")
+				return msg
+			},
+			handle: func(*routerEnv) func(*message.Message) error {
+				return func(msg *message.Message) error {
+					if _, ok := middleware.PipelineFromContext(msg.Context()); ok {
+						return errors.New("an unknown command ran through the pipeline")
+					}
+					return nil
+				}
+			},
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+				require.EqualValues(t, 1, env.handled.Load())
+				require.Empty(t, env.results.list())
+			},
+		},
+		{
+			name: "unknown command name is rejected when asked",
+			cfg:  middleware.RouterConfig{RejectUnknown: true},
+			msg: func(t *testing.T) *message.Message {
+				msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+				msg.Metadata.Set("name", "billing.Refund")
+				return msg
+			},
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+				require.Zero(t, env.handled.Load())
+				got := env.results.list()
+				require.Len(t, got, 1)
+				require.ErrorIs(t, got[0].err, middleware.ErrInvalid)
+				require.ErrorIs(t, got[0].err, middleware.ErrUnknownCommand)
+				require.ErrorContains(t, got[0].err, "billing.Refund")
+			},
+		},
+		{
+			name: "halted command is acked and answered",
+			msg:  func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "taken@x.org"}) },
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+				require.Zero(t, env.handled.Load())
+				got := env.results.list()
+				require.Len(t, got, 1)
+				require.ErrorIs(t, got[0].err, middleware.ErrAlreadyTaken)
+				require.True(t, got[0].pipeline)
+				require.False(t, got[0].handled)
+			},
+		},
+		{
+			name:   "handler error is nacked and redelivered",
+			handle: failOnce,
+			msg:    func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 2, env.deliveries.count(msg.UUID))
+				got := env.results.list()
+				require.Len(t, got, 2)
+				require.ErrorIs(t, got[0].err, errHandler)
+				require.True(t, got[0].handled)
+				require.NoError(t, got[1].err)
+			},
+		},
+		{
+			name:   "handler error is acked with AckHandlerErrors",
+			cfg:    middleware.RouterConfig{AckHandlerErrors: true},
+			handle: failOnce,
+			msg:    func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+				got := env.results.list()
+				require.Len(t, got, 1)
+				require.ErrorIs(t, got[0].err, errHandler)
+			},
+		},
+		{
+			name: "handler panic is acked with AckHandlerErrors and answered",
+			cfg:  middleware.RouterConfig{AckHandlerErrors: true},
+			handle: func(*routerEnv) func(*message.Message) error {
+				return func(*message.Message) error { panic("handler boom") }
+			},
+			msg: func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+				got := env.results.list()
+				require.Len(t, got, 1)
+				var perr *middleware.PanicError
+				require.ErrorAs(t, got[0].err, &perr)
+				require.False(t, got[0].handled)
+			},
+		},
+		{
+			name:        "a ResultFunc error nacks the command so that the answer is sent again",
+			failResults: 1,
+			msg:         func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "taken@x.org"}) },
+			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
+				require.Equal(t, 2, env.deliveries.count(msg.UUID))
+				got := env.results.list()
+				require.Len(t, got, 2)
+				require.ErrorIs(t, got[1].err, middleware.ErrAlreadyTaken)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := tt.cfg
+			cfg.Runner = newRunner(t, halting)
+			var outer []message.HandlerMiddleware
+			poisonPubSub := newPubSub(t)
+			if tt.poison != nil {
+				poisoned, err := poisonPubSub.Subscribe(t.Context(), "poison")
+				require.NoError(t, err)
+				go func() {
+					for m := range poisoned {
+						m.Ack()
+						tt.poison <- m
+					}
+				}()
+				mw, err := wmiddleware.PoisonQueue(poisonPubSub, "poison")
+				require.NoError(t, err)
+				outer = append(outer, mw)
+			}
+			env := startRouterEnv(t, cfg, &results{failFirst: tt.failResults}, outer...)
+			if tt.handle != nil {
+				env.handle = tt.handle(env)
+			}
+			msg := tt.msg(t)
+			publishAcked(t, env.pubSub, "commands", msg)
+			tt.check(t, env, msg)
+			if tt.poison != nil {
+				select {
+				case poisoned := <-tt.poison:
+					require.Equal(t, msg.UUID, poisoned.UUID)
+					require.Contains(t, poisoned.Metadata.Get(wmiddleware.ReasonForPoisonedKey), "undecodable")
+				case <-time.After(waitTimeout):
+					t.Fatal("the undecodable message did not reach the poison queue")
+				}
+			}
+		})
+	}
+}
+
+func TestRouterConfigValidate(t *testing.T) {
+	t.Parallel()
+	err := middleware.RouterConfig{}.Validate()
+	require.ErrorContains(t, err, "Runner is nil")
+	require.ErrorContains(t, err, "Registry is nil")
+	_, err = middleware.RouterMiddleware(middleware.RouterConfig{})
+	require.Error(t, err)
+	require.NoError(t, middleware.RouterConfig{Runner: newRunner(t), Registry: middleware.NewRegistry(nil)}.Validate())
+}
