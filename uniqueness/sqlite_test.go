@@ -1,0 +1,92 @@
+package uniqueness_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/lockstore/sqlite"
+	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/uniqueness"
+)
+
+// sqlTable is a staffTable on a SQL database through database/sql, with a
+// unique index on email as the backstop; arg numbers its placeholders.
+type sqlTable struct {
+	db  *sql.DB
+	arg func(n int) string
+}
+
+const staffSchema = `CREATE TABLE staff (
+	id    TEXT PRIMARY KEY,
+	email TEXT NOT NULL,
+	name  TEXT NOT NULL
+);
+CREATE UNIQUE INDEX staff_email ON staff (email);`
+
+func (s *sqlTable) taken(ctx context.Context, email string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM staff WHERE email = "+s.arg(1), email).Scan(&n)
+	return n > 0, err
+}
+
+func (s *sqlTable) owner(ctx context.Context, email string) (string, error) {
+	var id string
+	err := s.db.QueryRowContext(ctx, "SELECT id FROM staff WHERE email = "+s.arg(1), email).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+func (s *sqlTable) insert(ctx context.Context, id, email, name string) error {
+	_, err := s.db.ExecContext(ctx, "INSERT INTO staff (id, email, name) VALUES ("+s.arg(1)+", "+s.arg(2)+", "+s.arg(3)+")",
+		id, email, name)
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+		return errDuplicate
+	}
+	return err
+}
+
+func (s *sqlTable) count(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM staff").Scan(&n)
+	return n, err
+}
+
+// The seed's storm with the SQLite store as the locker and a SQLite table,
+// in the same database, as the lookup.
+func TestStormOnSQLite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "staff.db"), 10*time.Second)+"&_synchronous=NORMAL")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	_, err = db.ExecContext(ctx, staffSchema)
+	require.NoError(t, err)
+	store, err := sqlite.New(ctx, db, sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+
+	table := &sqlTable{db: db, arg: func(int) string { return "?" }}
+	h := &staffHandler{table: table}
+	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
+	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h)
+
+	res := storm(t, []*bus.Bus{b}, 200, 20)
+	require.EqualValues(t, 20, res.ok.Load())
+	require.EqualValues(t, 180, res.taken.Load())
+	require.EqualValues(t, 20, h.runs.Load())
+	require.Zero(t, h.duplicates.Load(), "the unique index must never fire")
+	n, err := table.count(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+	requireNothingHeld(t, store)
+}
