@@ -1,0 +1,223 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// DefaultLockAssignKey is the Assigns key under which Lock keeps the locks
+// it holds when LockConfig.AssignKey is empty.
+const DefaultLockAssignKey = "lock"
+
+// LockKeysFunc names the resources a command locks, such as
+// lockstore.Key{Namespace: "transfer", ID: cmd.TransferID}. A command it
+// returns no key for passes through unlocked.
+type LockKeysFunc func(cmd any) []lockstore.Key
+
+// LockConfig configures the Lock middleware.
+type LockConfig struct {
+	// Locker hands out the locks, such as a lockstore.Memory or a
+	// PostgreSQL store. Required.
+	Locker lockstore.Locker
+	// Keys names the resources each command locks. Required.
+	Keys LockKeysFunc
+	// Wait is how long a command waits for a held resource. 0, the default,
+	// waits not at all: a held resource halts the command as locked
+	// (ErrLocked). A positive Wait waits that long, first come first
+	// served, and then halts the command as timed out (ErrTimeout).
+	Wait time.Duration
+	// AssignKey is the Assigns key under which the locks held are kept, as
+	// a []lockstore.Lock in the order taken, for the handler (through
+	// PipelineFromContext) and later hooks, such as to read a fencing token.
+	// Default DefaultLockAssignKey. Two Lock middleware in one runner need
+	// different keys.
+	AssignKey string
+	// Logger logs the errors of releases, which the after hooks cannot
+	// return. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports every problem of the configuration.
+func (c LockConfig) Validate() error {
+	var errs []error
+	if c.Locker == nil {
+		errs = append(errs, errors.New("middleware: LockConfig.Locker is nil"))
+	}
+	if c.Keys == nil {
+		errs = append(errs, errors.New("middleware: LockConfig.Keys is nil"))
+	}
+	if c.Wait < 0 {
+		errs = append(errs, fmt.Errorf("middleware: LockConfig.Wait is negative (%v)", c.Wait))
+	}
+	return errors.Join(errs...)
+}
+
+// Lock returns a middleware that locks the resources a command names while
+// it runs (the per-resource lock of seed 000, such as one per transfer):
+//   - BeforeDispatch takes the keys (in the store's order, so that two
+//     commands never deadlock); a key held by another command halts this
+//     one with a `locked` rejection (matching ErrLocked), or with a positive
+//     Wait, waits for it up to Wait and then halts with `timeout`
+//     (ErrTimeout); a lock store that fails halts it with `unavailable`
+//     (ErrUnavailable) and an invalid key with `invalid` (ErrInvalid). When
+//     the command's own context ends during the wait, nothing is held and
+//     the runner skips the handler as it does for any done context.
+//   - While the handler runs, a lock that is lost (its lease ran out, the
+//     store's connection broke) cancels the handler's context, with a cause
+//     matching lockstore.ErrLockLost (see context.Cause).
+//   - AfterDispatch and AfterFailure release the locks (and stop watching
+//     them), whatever the outcome.
+//
+// A lock guards writes that commit before the after hooks run; a handler
+// that keeps writing after its context is cancelled should check the
+// lock's fencing token (Lock.Token) where it writes.
+func Lock(cfg LockConfig) (Middleware, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &lockMiddleware{
+		locker:    cfg.Locker,
+		keys:      cfg.Keys,
+		wait:      cfg.Wait,
+		assignKey: cfg.AssignKey,
+		logger:    cfg.Logger,
+	}
+	if m.assignKey == "" {
+		m.assignKey = DefaultLockAssignKey
+	}
+	if m.logger == nil {
+		m.logger = slog.Default()
+	}
+	m.stateKey = "\x00lock state " + m.assignKey
+	return m, nil
+}
+
+type lockMiddleware struct {
+	locker    lockstore.Locker
+	keys      LockKeysFunc
+	wait      time.Duration
+	assignKey string
+	stateKey  string
+	logger    *slog.Logger
+}
+
+// lockRun is what one run of the Lock middleware holds.
+type lockRun struct {
+	locks  []lockstore.Lock
+	cancel context.CancelCauseFunc // cancels the handler's context
+	stop   chan struct{}           // closed to stop the watchers
+	wg     sync.WaitGroup          // the watchers
+}
+
+// BeforeDispatch takes the command's locks or halts it.
+func (m *lockMiddleware) BeforeDispatch(ctx context.Context, p *Pipeline) {
+	keys := m.keys(p.Command)
+	if len(keys) == 0 {
+		return
+	}
+	keys = lockstore.SortKeys(m.locker, slices.Clone(keys))
+
+	wctx := ctx
+	if m.wait > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, m.wait)
+		defer cancel()
+	}
+	locks := make([]lockstore.Lock, 0, len(keys))
+	kept := false
+	defer func() {
+		// Release what was taken when a lock fails or the store panics.
+		if !kept && len(locks) > 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+			defer cancel()
+			m.release(rctx, locks)
+		}
+	}()
+	for _, key := range keys {
+		var l lockstore.Lock
+		var err error
+		if m.wait > 0 {
+			l, err = m.locker.Lock(wctx, key)
+		} else {
+			l, err = m.locker.TryLock(ctx, key)
+		}
+		if err != nil {
+			if rej := m.rejection(ctx, key, err); rej != nil {
+				p.Halt(rej)
+			}
+			return
+		}
+		locks = append(locks, l)
+	}
+
+	hctx, cancel := context.WithCancelCause(p.Context())
+	run := &lockRun{locks: locks, cancel: cancel, stop: make(chan struct{})}
+	for _, l := range locks {
+		run.wg.Go(func() {
+			select {
+			case <-l.Lost():
+				cancel(fmt.Errorf("middleware: lock %s lost while the command ran: %w", l.Key(), lockstore.ErrLockLost))
+			case <-run.stop:
+			}
+		})
+	}
+	kept = true
+	p.SetContext(hctx)
+	p.Assign(m.assignKey, locks)
+	p.Assign(m.stateKey, run)
+}
+
+// rejection is the halt reason for a failure to take key, or nil when the
+// command's own context ended (the runner then skips the handler).
+func (m *lockMiddleware) rejection(ctx context.Context, key lockstore.Key, err error) error {
+	switch {
+	case errors.Is(err, lockstore.ErrLocked):
+		return &Rejection{Code: CodeLocked, Message: fmt.Sprintf("%s is locked", key)}
+	case errors.Is(err, lockstore.ErrInvalidKey):
+		return &Rejection{Code: CodeInvalid, Message: err.Error()}
+	case ctx.Err() != nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Rejection{Code: CodeTimeout, Message: fmt.Sprintf("%s still locked after %v", key, m.wait)}
+	case errors.Is(err, lockstore.ErrTimeout):
+		return &Rejection{Code: CodeTimeout, Message: fmt.Sprintf("%s: %v", key, err)}
+	}
+	return &Rejection{Code: CodeUnavailable, Message: fmt.Sprintf("cannot lock %s: %v", key, err)}
+}
+
+// AfterDispatch releases the locks.
+func (m *lockMiddleware) AfterDispatch(ctx context.Context, p *Pipeline) { m.end(ctx, p) }
+
+// AfterFailure releases the locks.
+func (m *lockMiddleware) AfterFailure(ctx context.Context, p *Pipeline) { m.end(ctx, p) }
+
+// end stops the watchers, releases the locks and cancels the handler's
+// context.
+func (m *lockMiddleware) end(ctx context.Context, p *Pipeline) {
+	v, ok := p.Assigned(m.stateKey)
+	if !ok {
+		return
+	}
+	run := v.(*lockRun)
+	close(run.stop)
+	run.wg.Wait()
+	m.release(ctx, run.locks)
+	run.cancel(nil)
+}
+
+// release gives locks up, the last taken first, logging failures.
+func (m *lockMiddleware) release(ctx context.Context, locks []lockstore.Lock) {
+	for _, l := range slices.Backward(locks) {
+		if err := l.Release(ctx); err != nil {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "lock release failed",
+				slog.String("key", l.Key().String()), slog.String("error", err.Error()))
+		}
+	}
+}
