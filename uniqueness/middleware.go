@@ -46,6 +46,7 @@ type Config struct {
 	// ClaimTimeout bounds the wait for all the claims of one command;
 	// past it the command halts with a timeout rejection. It bounds the
 	// wait, never the holding: a claim is held until the handler returns.
+	// Lookups run under the command's context, not under this bound.
 	// Default DefaultClaimTimeout.
 	ClaimTimeout time.Duration
 	// LostCheckInterval is how often, while commands hold claims, the
@@ -183,6 +184,10 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 
 	h := &held{}
 	claims := h.buf[:0]
+	var start time.Time
+	if len(targets) > 1 {
+		start = time.Now() // ClaimTimeout bounds the waits of all the claims together
+	}
 	for i := 0; i < len(targets); {
 		// Keys the store maps to one lock are claimed once, checking all
 		// their values.
@@ -191,12 +196,17 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 			j++
 		}
 		group := targets[i:j:j]
+		wait := m.timeout
+		if i > 0 {
+			wait = max(m.timeout-time.Since(start), time.Nanosecond)
+		}
 		i = j
 		var hit *Rule
 		cl, err := m.claimer.claim(ctx, group[0].key, func(ctx context.Context) (bool, error) {
 			for _, t := range group {
 				taken, err := t.rule.taken(ctx, t.key.ID)
 				if err != nil {
+					hit = t.rule
 					return false, fmt.Errorf("field %s: %w", t.rule.field, err)
 				}
 				if taken {
@@ -205,7 +215,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 				}
 			}
 			return false, nil
-		}, m.timeout)
+		}, wait)
 		if err != nil {
 			m.releaseAll(ctx, claims, true)
 			field := cmp.Or(hit, group[0].rule).field

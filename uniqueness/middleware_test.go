@@ -647,3 +647,41 @@ func isASCII(s string) bool {
 	}
 	return true
 }
+
+// A timeout on the second field of a command releases the first.
+func TestClaimTimeoutOnSecondFieldReleasesTheFirst(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t)
+	accounts := newAccountTable()
+	first := newGate()
+	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: accountRules(accounts), ClaimTimeout: 50 * time.Millisecond})
+	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *createAccount) (string, error) {
+		if c.ID == "first" {
+			if err := first.wait(ctx); err != nil {
+				return "", err
+			}
+		}
+		return c.ID, accounts.insert(c.ID, uniqueness.NormalizeEmail(c.Email), c.Username)
+	}))
+	require.NoError(t, b.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+
+	r1 := dispatchAsync(b, &createAccount{ID: "first", Email: "ann@x.org", Username: "ann"})
+	requireClosed(t, first.started, "the first handler's start")
+	_, err = bus.Dispatch[string](context.Background(), b, &createAccount{ID: "second", Email: "bob@x.org", Username: "ann"})
+	require.ErrorIs(t, err, middleware.ErrTimeout)
+	var rej *middleware.Rejection
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, "username", rej.Field)
+	held, err := store.Held(context.Background())
+	require.NoError(t, err)
+	require.Len(t, held, 2, "only the first command's two claims are held")
+	for _, h := range held {
+		require.NotEqual(t, "bob@x.org", h.Key.ID, "the second command's email claim was released")
+	}
+	close(first.open)
+	require.NoError(t, receive(t, r1).err)
+	requireNothingHeld(t, store)
+}
