@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -93,7 +92,6 @@ type Memory struct {
 	shardShift uint
 	shards     []memShard
 
-	closed    atomic.Bool
 	closeOnce sync.Once
 	// timers counts lease timers that are scheduled and have neither been
 	// stopped nor finished running.
@@ -108,8 +106,8 @@ type memShard struct {
 	index  int64
 	closed bool
 	// seq counts the grants of the shard (see nextToken).
-	seq  int64
-	held lockTable
+	seq   int64
+	locks lockTable
 	// Keep the hot fields of neighbouring shards on different cache lines.
 	_ [64]byte
 }
@@ -141,7 +139,7 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 		s := &m.shards[i]
 		s.m = m
 		s.index = int64(i)
-		s.held.resize(minTableSize)
+		s.locks.resize(minTableSize)
 	}
 	return m, nil
 }
@@ -191,12 +189,12 @@ func (m *Memory) TryLock(ctx context.Context, key Key) (Lock, error) {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if s.held.find(h, key) != nil {
+	if s.locks.find(h, key) != nil {
 		s.mu.Unlock()
 		return nil, ErrLocked
 	}
 	l := s.grant(h, key)
-	s.held.insert(l)
+	s.locks.insert(l)
 	s.mu.Unlock()
 	return l, nil
 }
@@ -220,10 +218,10 @@ func (m *Memory) Lock(ctx context.Context, key Key) (Lock, error) {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	holder := s.held.find(h, key)
+	holder := s.locks.find(h, key)
 	if holder == nil {
 		l := s.grant(h, key)
-		s.held.insert(l)
+		s.locks.insert(l)
 		s.mu.Unlock()
 		return l, nil
 	}
@@ -237,7 +235,7 @@ func (m *Memory) Lock(ctx context.Context, key Key) (Lock, error) {
 		s.mu.Lock()
 		if w.state == waiting {
 			// The key's holder may have changed, never its queue.
-			s.held.find(h, key).ext.queue.remove(w)
+			s.locks.find(h, key).ext.queue.remove(w)
 			s.mu.Unlock()
 			return nil, ctx.Err()
 		}
@@ -262,7 +260,7 @@ func (m *Memory) Held(ctx context.Context) ([]Holder, error) {
 			s.mu.Unlock()
 			return nil, ErrClosed
 		}
-		for l := range s.held.all {
+		for l := range s.locks.all {
 			hs = append(hs, Holder{Key: l.key, Token: l.token, AcquiredAt: l.AcquiredAt(), Node: m.node})
 		}
 		s.mu.Unlock()
@@ -286,7 +284,7 @@ func (m *Memory) Reset(ctx context.Context) error {
 			s.mu.Unlock()
 			return ErrClosed
 		}
-		locks = slices.AppendSeq(locks[:0], s.held.all)
+		locks = slices.AppendSeq(locks[:0], s.locks.all)
 		for _, l := range locks {
 			s.end(l, lost)
 		}
@@ -301,12 +299,11 @@ func (m *Memory) Reset(ctx context.Context) error {
 // idempotent and returns nil.
 func (m *Memory) Close() error {
 	m.closeOnce.Do(func() {
-		m.closed.Store(true)
 		for i := range m.shards {
 			s := &m.shards[i]
 			s.mu.Lock()
 			s.closed = true
-			for l := range s.held.all {
+			for l := range s.locks.all {
 				l.state = lost
 				if e := l.ext; e != nil {
 					e.failWaiters(ErrClosed)
@@ -316,7 +313,7 @@ func (m *Memory) Close() error {
 					}
 				}
 			}
-			s.held = lockTable{}
+			s.locks = lockTable{}
 			s.mu.Unlock()
 		}
 		m.timers.Wait()
@@ -331,7 +328,7 @@ func (m *Memory) Waiting(key Key) int {
 	s := m.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l := s.held.find(h, key); l != nil && l.ext != nil {
+	if l := s.locks.find(h, key); l != nil && l.ext != nil {
 		return l.ext.queue.n
 	}
 	return 0
@@ -344,7 +341,7 @@ func (m *Memory) Len() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += s.held.n
+		n += s.locks.n
 		s.mu.Unlock()
 	}
 	return n
@@ -382,7 +379,7 @@ func (s *memShard) handTo(l *memLock, w *waiter) {
 	if s.m.ttl > 0 {
 		s.startLease(&w.lock)
 	}
-	s.held.replace(l, &w.lock)
+	s.locks.replace(l, &w.lock)
 	w.state = granted
 	close(w.ready)
 }
@@ -394,7 +391,7 @@ func (s *memShard) end(l *memLock, how lockState) {
 	l.state = how
 	e := l.ext
 	if e == nil {
-		s.held.delete(l)
+		s.locks.delete(l)
 		return
 	}
 	s.stopLease(e)
@@ -402,7 +399,7 @@ func (s *memShard) end(l *memLock, how lockState) {
 		close(e.lost)
 	}
 	if e.queue.n == 0 {
-		s.held.delete(l)
+		s.locks.delete(l)
 		return
 	}
 	s.handTo(l, e.queue.pop())
