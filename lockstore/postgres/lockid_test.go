@@ -103,7 +103,7 @@ func TestCompareKeys(t *testing.T) {
 	require.Negative(t, s.CompareKeys(lockstore.Key{Namespace: "lobby", ID: "42"}, lockstore.Key{Namespace: "lobby", ID: "a"}))
 
 	// SortKeys uses it, and drops a key repeated.
-	keys := lockstore.SortKeys(orderOf{s: s}, []lockstore.Key{hashed, lobby, group, lobby})
+	keys := lockstore.SortKeys(s, []lockstore.Key{hashed, lobby, group, lobby})
 	require.Equal(t, []lockstore.Key{lobby, group, hashed}, keys)
 }
 
@@ -117,7 +117,7 @@ func TestCompareKeysCollision(t *testing.T) {
 	kb := lockstore.Key{Namespace: "ns", ID: b}
 	require.NotEqual(t, ka, kb)
 	require.Zero(t, s.CompareKeys(ka, kb))
-	require.Len(t, lockstore.SortKeys(orderOf{s: s}, []lockstore.Key{ka, kb}), 1)
+	require.Len(t, lockstore.SortKeys(s, []lockstore.Key{ka, kb}), 1)
 }
 
 // collidingIDs finds two short distinct ids whose 31-bit id hashes are
@@ -149,11 +149,3 @@ func itoa(i int) string {
 		}
 	}
 }
-
-// orderOf is a Locker whose only behaviour is the store's key order.
-type orderOf struct {
-	lockstore.Locker
-	s *Store
-}
-
-func (o orderOf) CompareKeys(a, b lockstore.Key) int { return o.s.CompareKeys(a, b) }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/lockstore"
@@ -35,8 +38,18 @@ type Store struct {
 	namespaces map[string]int32
 	names      map[int32]string
 
-	// tokenSQL is the fencing-token sequence as a regclass SQL literal.
+	// tokenSQL is the fencing-token sequence as a regclass SQL literal, and
+	// lockSQL the batched try-lock statement that draws from it.
 	tokenSQL string
+	lockSQL  string
+
+	// connConfig opens the lock connections: the pool's, with Node as
+	// application_name and TCP keepalive after Config.KeepAlive.
+	connConfig *pgx.ConnConfig
+	// conns are the lock connections; queue is the node-local turn queue
+	// in front of them.
+	conns []*lockConn
+	queue *turnQueue
 
 	// ctx is the store's own context: every round trip on a shared
 	// connection runs under it (never under a caller's), and Close cancels
@@ -78,12 +91,76 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.cfg.Namespaces = s.namespaces
 	seq := pgx.Identifier{cfg.Schema, tokenSequence}.Sanitize()
 	s.tokenSQL = "'" + strings.ReplaceAll(seq, "'", "''") + "'::regclass"
+	s.lockSQL = lockSQLFor(s.tokenSQL)
+	s.connConfig = lockConnConfig(connConfig, cfg)
+	s.queue = newTurnQueue()
 
 	if err := s.createSchema(ctx); err != nil {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// The first connections are opened here, under ctx, so that New fails
+	// when the database cannot be reached; later ones by their owners.
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	s.conns = make([]*lockConn, cfg.LockConns)
+	var errs []error
+	for i := range s.conns {
+		c := newLockConn(s, i)
+		s.conns[i] = c
+		if err := c.connect(); err != nil {
+			errs = append(errs, fmt.Errorf("lock connection %d: %w", i, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.cancel()
+		for _, c := range s.conns {
+			if c.conn != nil {
+				_ = c.conn.Close(context.Background())
+			}
+		}
+		return nil, fmt.Errorf("postgres: New: %w: %w", lockstore.ErrUnavailable, err)
+	}
+	if !stop() {
+		// ctx ended after the last connection: nothing runs yet.
+		s.cancel()
+		for _, c := range s.conns {
+			_ = c.conn.Close(context.Background())
+		}
+		return nil, fmt.Errorf("postgres: New: %w", ctx.Err())
+	}
+	for _, c := range s.conns {
+		s.wg.Add(1)
+		go c.run()
+	}
 	return s, nil
+}
+
+// lockConnConfig derives the lock connections' configuration from the
+// pool's: the same credentials, settings and hooks, with application_name
+// set to the node's name, and TCP keepalive probes after KeepAlive idle.
+func lockConnConfig(pool *pgx.ConnConfig, cfg Config) *pgx.ConnConfig {
+	cc := pool.Copy()
+	cc.RuntimeParams["application_name"] = cfg.Node
+	// Interrupting a read (the idle watch, a timed-out round trip) sets a
+	// deadline on the socket; a pool configured to send cancel requests
+	// instead would open a connection to the server for each.
+	cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+	dial := cc.DialFunc
+	keepAlive := net.KeepAliveConfig{Enable: true, Idle: cfg.KeepAlive, Interval: cfg.KeepAlive, Count: 3}
+	cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetKeepAliveConfig(keepAlive)
+		}
+		return nc, nil
+	}
+	return cc
 }
 
 // createSchema creates the schema and the sequence unless they exist. It

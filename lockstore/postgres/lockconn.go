@@ -1,0 +1,495 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// A lockConn is one dedicated connection the Locker holds session advisory
+// locks on, and the goroutine that owns it (run). Callers never touch the
+// connection: they queue requests (submit) and wait for their results. The
+// owner sends every request pending at the time in one round trip (one
+// statement for the unlocks, one for the try-locks, pipelined), so that
+// many concurrent claims cost one round trip, and runs it under the store's
+// context, never a caller's.
+//
+// When the connection fails, or a round trip or a ping times out, or an
+// unlock returns false, the owner closes it (so the server frees whatever
+// it held: a connection in doubt is never reused), ends every lock it held
+// (closing their Lost channels), fails the requests in flight with
+// lockstore.ErrUnavailable, and reconnects with backoff. Meanwhile submit
+// fails fast with lockstore.ErrUnavailable.
+type lockConn struct {
+	s     *Store
+	index int
+
+	// conn is used by the owner goroutine only.
+	conn *pgx.Conn
+
+	wake chan struct{} // capacity 1: requests are pending
+
+	mu      sync.Mutex
+	up      bool   // conn is connected and requests are accepted
+	closed  bool   // the store is closed
+	gen     uint64 // counts connections; a lock belongs to one
+	pid     uint32 // server process of conn, 0 while down
+	lastErr error  // why the connection went down
+	// watchCancel interrupts the owner's read of the idle connection.
+	watchCancel context.CancelFunc
+	pending     []*request
+	held        map[LockID]*pgLock
+}
+
+type requestKind uint8
+
+const (
+	lockRequest requestKind = iota
+	unlockRequest
+)
+
+// States of a lock request, for the race between its result and its
+// caller giving up.
+const (
+	requestPending int32 = iota
+	requestCompleted
+	requestAbandoned
+)
+
+// A request is one try-lock or one unlock, queued on a lockConn.
+type request struct {
+	kind requestKind
+	id   LockID
+	key  lockstore.Key // lock requests
+	lock *pgLock       // unlock requests
+
+	state atomic.Int32  // lock requests: pending, completed, abandoned
+	done  chan struct{} // closed when the result is set
+
+	// Results, set before done is closed.
+	result *pgLock // lock requests: the grant, nil when the key is taken
+	err    error
+}
+
+func newLockConn(s *Store, index int) *lockConn {
+	return &lockConn{
+		s:     s,
+		index: index,
+		wake:  make(chan struct{}, 1),
+		held:  make(map[LockID]*pgLock),
+	}
+}
+
+// submit queues r, or fails at once when the connection is down (an error
+// matching lockstore.ErrUnavailable) or the store is closed. An unlock of a
+// lock from an earlier connection fails with errStaleLock: that lock ended
+// with its connection.
+func (c *lockConn) submit(r *request) error {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return lockstore.ErrClosed
+	case r.kind == unlockRequest && r.lock.gen != c.gen:
+		c.mu.Unlock()
+		return errStaleLock
+	case !c.up:
+		err := c.unavailableLocked()
+		c.mu.Unlock()
+		return err
+	}
+	c.pending = append(c.pending, r)
+	if len(c.pending) == 1 {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+		if c.watchCancel != nil {
+			c.watchCancel()
+			c.watchCancel = nil
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+var errStaleLock = errors.New("postgres: lock ended with its connection")
+
+func (c *lockConn) unavailableLocked() error {
+	if c.lastErr != nil {
+		return fmt.Errorf("postgres: lock connection %d is down (%v): %w", c.index, c.lastErr, lockstore.ErrUnavailable)
+	}
+	return fmt.Errorf("postgres: lock connection %d is down: %w", c.index, lockstore.ErrUnavailable)
+}
+
+// connect opens the connection. The store's context and Timeout bound it.
+func (c *lockConn) connect() error {
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.Timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, c.s.connConfig)
+	if err != nil {
+		return err
+	}
+	// An idle_session_timeout (PostgreSQL 14+) would end the session, and
+	// every lock on it, while the connection waits for work.
+	if _, err := conn.Exec(ctx, `SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'`); err != nil {
+		_ = conn.Close(context.Background())
+		return err
+	}
+	c.conn = conn
+	c.mu.Lock()
+	c.gen++
+	c.up = true
+	c.pid = conn.PgConn().PID()
+	c.lastErr = nil
+	c.mu.Unlock()
+	return nil
+}
+
+// run is the owner goroutine: it serves requests, watches the idle
+// connection, and replaces a dead connection, until the store's context
+// ends.
+func (c *lockConn) run() {
+	defer c.s.wg.Done()
+	// The owner waits idleWatchDelay on the wake channel alone before it
+	// reads the idle connection: entering and leaving that read costs a
+	// few goroutine switches, which a busy connection should not pay
+	// between two round trips.
+	grace := time.NewTimer(idleWatchDelay)
+	defer grace.Stop()
+	for {
+		if c.conn == nil && !c.reconnect() {
+			c.shutdown()
+			return
+		}
+		select {
+		case <-c.s.ctx.Done():
+			c.shutdown()
+			return
+		case <-c.wake:
+			c.flush()
+			continue
+		default:
+		}
+		grace.Reset(idleWatchDelay)
+		select {
+		case <-c.s.ctx.Done():
+			c.shutdown()
+			return
+		case <-c.wake:
+			grace.Stop()
+			c.flush()
+		case <-grace.C:
+			c.idle()
+		}
+	}
+}
+
+// idleWatchDelay is how long a lock connection waits for work before it
+// watches its socket (see run and idle).
+const idleWatchDelay = 2 * time.Millisecond
+
+// idle waits for work while reading the idle connection, so that a
+// session the server ends (pg_terminate_backend, a shutdown: the server
+// says so before it closes the socket) or a socket the kernel closes is
+// noticed at once. A submit interrupts the read (it cancels the watch: the
+// read times out and the connection stays usable). After KeepAlive without
+// work the connection is pinged, which notices a peer that went silent
+// (together with the TCP keepalive probes) within KeepAlive + Timeout.
+func (c *lockConn) idle() {
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.KeepAlive)
+	defer cancel()
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.watchCancel = cancel
+	c.mu.Unlock()
+	err := c.conn.PgConn().WaitForNotification(ctx)
+	c.mu.Lock()
+	c.watchCancel = nil
+	c.mu.Unlock()
+	switch {
+	case c.s.ctx.Err() != nil:
+		// Closing: run shuts down.
+	case err == nil:
+		// A notification (nobody LISTENs here): nothing to do.
+	case ctx.Err() == nil:
+		c.fail(fmt.Errorf("connection lost while idle: %w", err), nil)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		pctx, pcancel := context.WithTimeout(c.s.ctx, c.s.cfg.Timeout)
+		err := c.conn.Ping(pctx)
+		pcancel()
+		if err != nil {
+			c.fail(fmt.Errorf("ping: %w", err), nil)
+		}
+	default:
+		// Woken by submit: run flushes.
+	}
+}
+
+// reconnect replaces the connection, waiting between attempts with a
+// doubling backoff up to Config.ReconnectBackoff. It returns false when
+// the store's context ends first.
+func (c *lockConn) reconnect() bool {
+	backoff := min(firstReconnectBackoff, c.s.cfg.ReconnectBackoff)
+	timer := time.NewTimer(backoff)
+	defer timer.Stop()
+	for {
+		select {
+		case <-c.s.ctx.Done():
+			return false
+		case <-timer.C:
+		}
+		err := c.connect()
+		if err == nil {
+			return true
+		}
+		c.mu.Lock()
+		c.lastErr = err
+		c.mu.Unlock()
+		backoff = min(2*backoff, c.s.cfg.ReconnectBackoff)
+		timer.Reset(backoff)
+	}
+}
+
+// flush sends the pending requests, at most MaxBatch per round trip, until
+// none is left or the connection fails.
+func (c *lockConn) flush() {
+	for {
+		c.mu.Lock()
+		n := min(len(c.pending), c.s.cfg.MaxBatch)
+		if n == 0 {
+			c.mu.Unlock()
+			return
+		}
+		batch := make([]*request, n)
+		copy(batch, c.pending)
+		rest := copy(c.pending, c.pending[n:])
+		clear(c.pending[rest:])
+		c.pending = c.pending[:rest]
+		c.mu.Unlock()
+		if err := c.roundTrip(batch); err != nil {
+			c.fail(err, batch)
+			return
+		}
+	}
+}
+
+// roundTrip runs one batch: its unlocks, then its try-locks, in one round
+// trip, and applies the results once every result has been read.
+func (c *lockConn) roundTrip(batch []*request) error {
+	var unlocks, locks []*request
+	for _, r := range batch {
+		if r.kind == unlockRequest {
+			unlocks = append(unlocks, r)
+		} else {
+			locks = append(locks, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.Timeout)
+	defer cancel()
+
+	unlocked := make([]bool, len(unlocks))
+	tokens := make([]int64, len(locks))
+	b := &pgx.Batch{}
+	if len(unlocks) > 0 {
+		ns, ids := lockArrays(unlocks)
+		b.Queue(unlockSQL, ns, ids)
+	}
+	if len(locks) > 0 {
+		ns, ids := lockArrays(locks)
+		b.Queue(c.s.lockSQL, ns, ids)
+	}
+	br := c.conn.SendBatch(ctx, b)
+	if len(unlocks) > 0 {
+		if err := readResults(br, unlocked); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("unlock: %w", err)
+		}
+	}
+	if len(locks) > 0 {
+		if err := readResults(br, tokens); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("try lock: %w", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+
+	var notHeld error
+	for i, ok := range unlocked {
+		if !ok {
+			r := unlocks[i]
+			r.err = fmt.Errorf("postgres: release %s: the server did not hold it (the connection was closed): %w", r.lock.key, lockstore.ErrLockLost)
+			notHeld = fmt.Errorf("pg_advisory_unlock(%d, %d) returned false", r.id.Namespace, r.id.ID)
+		}
+	}
+	if notHeld != nil {
+		// In doubt: close the connection rather than guess what it holds.
+		return notHeld
+	}
+	for _, r := range unlocks {
+		c.released(r)
+	}
+	now := time.Now()
+	for i, r := range locks {
+		c.granted(r, tokens[i], now)
+	}
+	return nil
+}
+
+// readResults reads one result set of (ordinal, value) rows into out.
+func readResults[T any](br pgx.BatchResults, out []T) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var i int64
+		var v T
+		if err := rows.Scan(&i, &v); err != nil {
+			return err
+		}
+		if i < 1 || i > int64(len(out)) {
+			return fmt.Errorf("result for ordinal %d of %d", i, len(out))
+		}
+		out[i-1] = v
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if seen != len(out) {
+		return fmt.Errorf("%d results for %d requests", seen, len(out))
+	}
+	return nil
+}
+
+func lockArrays(rs []*request) (ns, ids []int32) {
+	ns = make([]int32, len(rs))
+	ids = make([]int32, len(rs))
+	for i, r := range rs {
+		ns[i], ids[i] = r.id.Namespace, r.id.ID
+	}
+	return ns, ids
+}
+
+// unlockSQL releases one session advisory lock per pair of array elements;
+// WITH ORDINALITY numbers the results so that none is matched by position.
+const unlockSQL = `SELECT t.i, pg_advisory_unlock(t.a, t.b) FROM unnest($1::int4[], $2::int4[]) WITH ORDINALITY AS t(a, b, i)`
+
+// lockSQLFor tries one session advisory lock per pair of array elements and
+// draws a fencing token from seq in the same statement for each one
+// granted (0 for one not granted: the sequence starts at 1).
+func lockSQLFor(seq string) string {
+	return `SELECT t.i, CASE WHEN pg_try_advisory_lock(t.a, t.b) THEN nextval(` + seq + `) ELSE 0 END ` +
+		`FROM unnest($1::int4[], $2::int4[]) WITH ORDINALITY AS t(a, b, i)`
+}
+
+// released applies a confirmed unlock: the lock ends, its turn passes on.
+func (c *lockConn) released(r *request) {
+	l := r.lock
+	c.mu.Lock()
+	delete(c.held, l.id)
+	c.mu.Unlock()
+	l.state.Store(lockReleased)
+	c.s.queue.pass(l.id)
+	close(r.done)
+}
+
+// granted applies the result of a try-lock: token 0 means not granted.
+func (c *lockConn) granted(r *request, token int64, now time.Time) {
+	if token == 0 {
+		if r.state.CompareAndSwap(requestPending, requestCompleted) {
+			close(r.done)
+		} else {
+			c.s.queue.pass(r.id) // its caller gave up
+		}
+		return
+	}
+	l := &pgLock{c: c, key: r.key, id: r.id, token: token, at: now, lost: make(chan struct{})}
+	c.mu.Lock()
+	l.gen = c.gen
+	c.held[r.id] = l
+	c.mu.Unlock()
+	if r.state.CompareAndSwap(requestPending, requestCompleted) {
+		r.result = l
+		close(r.done)
+		return
+	}
+	// Its caller gave up while the grant was on its way: unlock it (its turn
+	// passes on once the unlock is confirmed).
+	l.state.Store(lockReleasing)
+	c.mu.Lock()
+	c.pending = append(c.pending, &request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})})
+	c.mu.Unlock()
+}
+
+// fail closes the connection after err, ends every lock it held, and fails
+// the requests in flight and pending. The owner reconnects afterwards.
+func (c *lockConn) fail(err error, inflight []*request) {
+	c.drop(fmt.Errorf("lock connection %d: %w", c.index, err), inflight, false)
+}
+
+// shutdown is fail for Close: requests fail with lockstore.ErrClosed.
+func (c *lockConn) shutdown() {
+	c.drop(lockstore.ErrClosed, nil, true)
+}
+
+func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
+	if c.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.conn.Close(ctx)
+		cancel()
+		c.conn = nil
+	}
+	c.mu.Lock()
+	c.up = false
+	c.pid = 0
+	if closing {
+		c.closed = true
+	} else {
+		c.lastErr = cause
+	}
+	reqErr := c.unavailableLocked()
+	if closing {
+		reqErr = lockstore.ErrClosed
+	}
+	pending := c.pending
+	c.pending = nil
+	// The server freed every lock of the closed session. They end under
+	// c.mu, so that a Release that finds the connection down (submit fails)
+	// knows its lock has already ended and its turn passed on.
+	for _, l := range c.held {
+		l.end()
+	}
+	clear(c.held)
+	c.mu.Unlock()
+
+	for _, rs := range [][]*request{inflight, pending} {
+		for _, r := range rs {
+			switch {
+			case r.kind == unlockRequest:
+				// Its lock was among held: released with the session.
+				close(r.done)
+			case r.state.CompareAndSwap(requestPending, requestCompleted):
+				r.err = reqErr
+				close(r.done)
+			default:
+				c.s.queue.pass(r.id) // its caller gave up
+			}
+		}
+	}
+}
