@@ -130,7 +130,7 @@ func (r *Runner) handle(ctx context.Context, p *Pipeline, h HandlerFunc) {
 	hctx := p.Context()
 	if c := cmp.Or(doneCtx(ctx), doneCtx(hctx)); c != nil {
 		err := fmt.Errorf("middleware: command %s %s not handled: %w", p.CommandName, p.CommandUUID, c.Err())
-		if cause := context.Cause(c); cause != nil && cause != c.Err() {
+		if cause := context.Cause(c); cause != nil && !errors.Is(cause, c.Err()) {
 			err = fmt.Errorf("%w: %w", err, cause)
 		}
 		p.fail(err)

@@ -1,0 +1,130 @@
+package middleware_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// RenamedStaff stands for CreateStaff after a rename.
+type RenamedStaff struct {
+	Email string `json:"email"`
+}
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	reg := middleware.NewRegistry(nil)
+	name, err := middleware.Register[CreateStaff](reg)
+	require.NoError(t, err)
+	require.Equal(t, createStaffName, name)
+
+	again, err := reg.Add(CreateStaff{})
+	require.NoError(t, err, "registering a type again is a no-op")
+	require.Equal(t, name, again)
+	require.NoError(t, reg.AddName("staff.Create.v0", &RenamedStaff{}))
+
+	err = reg.AddName(createStaffName, &RenamedStaff{})
+	require.ErrorIs(t, err, middleware.ErrDuplicateCommand)
+	require.ErrorContains(t, err, "RenamedStaff")
+
+	_, err = middleware.Register[*CreateStaff](reg)
+	require.ErrorContains(t, err, "pointer to a pointer")
+	_, err = reg.Add(nil)
+	require.Error(t, err)
+	require.Error(t, reg.AddName("", &CreateStaff{}))
+
+	require.Equal(t, []string{createStaffName, "staff.Create.v0"}, reg.Names())
+	require.Equal(t, createStaffName, reg.Name(&CreateStaff{}))
+
+	cmd, ok := reg.New(createStaffName)
+	require.True(t, ok)
+	require.Equal(t, &CreateStaff{}, cmd)
+	_, ok = reg.New("nope")
+	require.False(t, ok)
+
+	t.Run("decode", func(t *testing.T) {
+		t.Parallel()
+		msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+		name, cmd, err := reg.Decode(msg)
+		require.NoError(t, err)
+		require.Equal(t, createStaffName, name)
+		require.Equal(t, &CreateStaff{Email: "ann@x.org"}, cmd)
+
+		alias := commandMessage(t, &CreateStaff{Email: "old@x.org"})
+		alias.Metadata.Set("name", "staff.Create.v0")
+		_, cmd, err = reg.Decode(alias)
+		require.NoError(t, err)
+		require.Equal(t, &RenamedStaff{Email: "old@x.org"}, cmd)
+	})
+	t.Run("unknown and missing names", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := reg.Decode(message.NewMessage("m1", []byte("{}")))
+		require.ErrorIs(t, err, middleware.ErrUnknownCommand)
+		require.ErrorContains(t, err, "m1")
+		msg := message.NewMessage("m2", []byte("{}"))
+		msg.Metadata.Set("name", "billing.Refund")
+		_, _, err = reg.Decode(msg)
+		require.ErrorIs(t, err, middleware.ErrUnknownCommand)
+		require.ErrorContains(t, err, "billing.Refund")
+	})
+	t.Run("undecodable payload", func(t *testing.T) {
+		t.Parallel()
+		msg := commandMessage(t, &CreateStaff{})
+		msg.Payload = []byte(`{"email": ["a"]}`)
+		name, _, err := reg.Decode(msg)
+		require.Equal(t, createStaffName, name)
+		require.ErrorIs(t, err, middleware.ErrUndecodable)
+		require.ErrorContains(t, err, createStaffName)
+		require.ErrorContains(t, err, msg.UUID)
+	})
+}
+
+func TestRegistryUsesTheMarshalersNames(t *testing.T) {
+	t.Parallel()
+	m := cqrs.JSONMarshaler{GenerateName: cqrs.StructName}
+	reg := middleware.NewRegistry(m)
+	name, err := middleware.Register[CreateStaff](reg)
+	require.NoError(t, err)
+	require.Equal(t, "CreateStaff", name)
+	require.Equal(t, "RenamedStaff", reg.Marshaler().Name(&RenamedStaff{}))
+	msg, err := m.Marshal(&CreateStaff{Email: "ann@x.org"})
+	require.NoError(t, err)
+	_, cmd, err := reg.Decode(msg)
+	require.NoError(t, err)
+	require.Equal(t, &CreateStaff{Email: "ann@x.org"}, cmd)
+}
+
+// TestRegistryConcurrent adds names while other goroutines decode.
+func TestRegistryConcurrent(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t)
+	msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				if err := reg.AddName(fmt.Sprintf("alias.%d.%d", g, i), &CreateStaff{}); err != nil {
+					errs <- err
+					return
+				}
+				if _, _, err := reg.Decode(msg); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, reg.Names(), 801)
+}
