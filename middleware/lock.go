@@ -77,7 +77,11 @@ func (c LockConfig) Validate() error {
 //
 // A lock guards writes that commit before the after hooks run; a handler
 // that keeps writing after its context is cancelled should check the
-// lock's fencing token (Lock.Token) where it writes.
+// lock's fencing token (Lock.Token) where it writes. With a store whose
+// locks are leases (a memory store with a TTL), a handler that runs longer
+// than the lease loses its lock: Lock does not refresh leases, so choose a
+// TTL longer than the slowest handler (or refresh it from the handler, see
+// lockstore.Refresher).
 func Lock(cfg LockConfig) (Middleware, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
