@@ -11,16 +11,16 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 	"github.com/claimbus/claimbus/middleware"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain checks for leaked goroutines and stops the throwaway PostgreSQL
+// the tests may have started.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // waitFor is how long a test waits for an observable state.
 const waitFor = 10 * time.Second

@@ -1,0 +1,80 @@
+package uniqueness_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/uniqueness"
+)
+
+// pgBenchSenders is how many goroutines send at once in the PostgreSQL
+// benchmarks.
+const pgBenchSenders = 64
+
+// pgBenchConns is the pool size of both sides of the comparison.
+const pgBenchConns = 16
+
+// BenchmarkPostgresStorm compares, with pgBenchSenders concurrent senders
+// of distinct emails on one PostgreSQL database:
+//   - floor: a bare INSERT ... ON CONFLICT DO NOTHING on the unique index,
+//     the least PostgreSQL does to enforce uniqueness;
+//   - uniqueness: Dispatch of CreateStaff on a bus with the Uniqueness
+//     middleware on the PostgreSQL store, whose lookup reads the staff
+//     table and whose handler inserts into it.
+//
+// Compare the ops/s metrics.
+func BenchmarkPostgresStorm(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.Pool(b, pgtest.PoolConfig{MaxConns: pgBenchConns})
+	table := newPGTable(b, pool)
+	var seq atomic.Int64
+	email := func() string { return "user" + strconv.FormatInt(seq.Add(1), 10) + "@x.org" }
+
+	b.Run("floor", func(b *testing.B) {
+		b.SetParallelism(parallelism())
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				id := email()
+				if _, err := pool.Exec(ctx, "INSERT INTO staff (id, email, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+					id, id, "N"); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
+
+	b.Run("uniqueness", func(b *testing.B) {
+		store := newPGStore(b, pool)
+		h := &staffHandler{table: table}
+		mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
+		bb := newBus(b, bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: pgBenchSenders}, h)
+		b.ResetTimer()
+		b.SetParallelism(parallelism())
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				e := email()
+				if _, err := bus.Dispatch[string](ctx, bb, &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		require.Zero(b, h.duplicates.Load())
+	})
+}
+
+// parallelism returns what makes RunParallel start pgBenchSenders
+// goroutines: it starts SetParallelism times GOMAXPROCS.
+func parallelism() int { return max(1, pgBenchSenders/runtime.GOMAXPROCS(0)) }
