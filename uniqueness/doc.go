@@ -53,7 +53,9 @@
 // longer than ClaimTimeout halts with a timeout rejection, a failed lookup
 // or lock store with unavailable, after releasing what was claimed. While
 // the handler runs, a lost claim cancels the handler's context (cause
-// ErrClaimLost). AfterDispatch and AfterFailure release the claims, with
+// ErrClaimLost): at once when another claimant of this process is granted
+// the key, otherwise within Config.LostCheckInterval (a timer that runs only
+// while claims are held; no goroutine per command). AfterDispatch and AfterFailure release the claims, with
 // the re-check that fails the waiters fast once the value exists.
 //
 // A rule's scope is the lock namespace: rules naming the same scope

@@ -27,9 +27,10 @@ const pgBenchConns = 16
 // of distinct emails on one PostgreSQL database:
 //   - floor: a bare INSERT ... ON CONFLICT DO NOTHING on the unique index,
 //     the least PostgreSQL does to enforce uniqueness;
-//   - uniqueness: Dispatch of CreateStaff on a bus with the Uniqueness
-//     middleware on the PostgreSQL store, whose lookup reads the staff
-//     table and whose handler inserts into it.
+//   - runner: CreateStaff run through a middleware.Runner with the
+//     Uniqueness middleware on the PostgreSQL store, whose lookup reads the
+//     staff table and whose handler inserts into it;
+//   - bus: the same, sent with Dispatch on an in-process bus.
 //
 // Compare the ops/s metrics.
 func BenchmarkPostgresStorm(b *testing.B) {
@@ -54,7 +55,32 @@ func BenchmarkPostgresStorm(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	})
 
-	b.Run("uniqueness", func(b *testing.B) {
+	b.Run("runner", func(b *testing.B) {
+		store := newPGStore(b, pool)
+		h := &staffHandler{table: table}
+		mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
+		runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw}})
+		require.NoError(b, err)
+		handle := func(ctx context.Context, p *middleware.Pipeline) (any, error) {
+			return h.handle(ctx, p.Command.(*commands.CreateStaff))
+		}
+		b.ResetTimer()
+		b.SetParallelism(parallelism())
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				e := email()
+				cmd := &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}
+				if _, err := runner.Run(ctx, middleware.NewPipeline(ctx, cmd), handle); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		require.Zero(b, h.duplicates.Load())
+	})
+
+	b.Run("bus", func(b *testing.B) {
 		store := newPGStore(b, pool)
 		h := &staffHandler{table: table}
 		mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
