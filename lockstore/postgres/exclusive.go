@@ -1,0 +1,239 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// Exclusive runs fn holding key's session advisory lock, outside any
+// transaction, for a job that must run once cluster-wide and makes its own
+// short writes (each commits, and runs its AfterCommit effects, by itself).
+//
+// fn gets a connection of its own, taken from the store's pool and then
+// hijacked: it never goes back to the pool, which could otherwise hand a
+// connection still holding the lock to someone else. fn may use it, or the
+// pool, or Serialize (which, for fn's ctx, runs its transactions on this
+// connection). Like Serialize, Exclusive first takes the node-local mutex
+// of key, so a node's callers queue in Go; then it waits on the server
+// until no other node holds key. ctx bounds the wait, and its deadline
+// becomes a lock_timeout as in Serialize (lockstore.ErrTimeout); ending a
+// wait by ctx closes the connection, which frees it.
+//
+// fn's ctx is cancelled when the lock is lost: the pool checks every
+// Config.KeepAlive that the connection's session still holds the lock (fn
+// keeps the connection busy, so the check runs beside it, on pg_locks), and
+// cancels fn's ctx, with a cause matching lockstore.ErrLockLost, when the
+// session is gone (its backend terminated, the network lost) or when two
+// checks in a row cannot tell. It is also cancelled, with a cause matching
+// lockstore.ErrClosed, when the store closes. fn should watch ctx.Done and
+// stop: after a loss another node may already run the job.
+//
+// When fn returns (or panics) Exclusive runs pg_advisory_unlock, checks
+// that it freed the lock, and closes the connection either way. It returns
+// what fn returned; the error is fn's, joined with one matching
+// lockstore.ErrLockLost when the lock was lost or could not be confirmed
+// to the end (the result then comes from a run that may not have been
+// alone), or lockstore.ErrClosed.
+//
+//	n, err := postgres.Exclusive(ctx, store, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
+//		func(ctx context.Context, conn *pgx.Conn) (int64, error) {
+//			tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed' WHERE ends_at < now() AND state = 'open'")
+//			return tag.RowsAffected(), err
+//		})
+//
+// Inside an open transaction carried by ctx (see Serialize and WithTx),
+// Exclusive is Serialize: it takes key's lock on that transaction and fn
+// gets the transaction's connection. Inside an Exclusive on the same store
+// and key, it runs fn at once on the same connection.
+func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) (T, error)) (T, error) {
+	var zero T
+	id, err := s.precheck("Exclusive", key, fn == nil)
+	if err != nil {
+		return zero, err
+	}
+	if txScopeFor(ctx, s) != nil {
+		return Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (T, error) {
+			return fn(ctx, tx.Conn())
+		})
+	}
+	if xs := exclusiveScopeFor(ctx, s); xs != nil && xs.id == id {
+		return fn(ctx, xs.conn)
+	}
+
+	h, fctx, err := s.beginExclusive(ctx, key, id)
+	if err != nil {
+		return zero, err
+	}
+	// On a panic in fn, end unlocks and closes before the panic goes on.
+	defer h.end()
+	v, err := fn(fctx, h.conn)
+	if endErr := h.end(); endErr != nil {
+		return v, errors.Join(err, endErr)
+	}
+	return v, err
+}
+
+// exclusiveHold is one held session lock of Exclusive.
+type exclusiveHold struct {
+	s     *Store
+	key   lockstore.Key
+	id    LockID
+	entry *keyedEntry
+	conn  *pgx.Conn
+	pid   uint32
+
+	cancel    context.CancelCauseFunc // cancels fn's ctx
+	stop      context.CancelFunc      // stops the watch
+	watchDone chan struct{}
+	lost      error // set by the watch before watchDone closes
+	ended     bool
+}
+
+// beginExclusive takes the node-local mutex and a dedicated connection,
+// waits for id's session lock on it and starts the watch.
+func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID) (*exclusiveHold, context.Context, error) {
+	entry, err := serialMutex.lock(ctx, s.ctx.Done(), serialKey{s, id})
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: Exclusive %q: waiting for this node's turn: %w", key, err)
+	}
+	fail := func(err error) (*exclusiveHold, context.Context, error) {
+		serialMutex.unlock(serialKey{s, id}, entry)
+		return nil, nil, fmt.Errorf("postgres: Exclusive %q: %w", key, err)
+	}
+	if err := s.checkOpen(); err != nil {
+		return fail(err)
+	}
+	pooled, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("acquire a connection: %w", err))
+	}
+	conn := pooled.Hijack()
+	timeout, bounded := lockTimeout(ctx)
+	if _, err := conn.Exec(ctx, sessionLockSQL(id, timeout, bounded)); err != nil {
+		cctx, cancel := s.cleanupContext()
+		_ = conn.Close(cctx)
+		cancel()
+		return fail(fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded)))
+	}
+
+	h := &exclusiveHold{s: s, key: key, id: id, entry: entry, conn: conn, pid: conn.PgConn().PID(), watchDone: make(chan struct{})}
+	fctx, cancel := context.WithCancelCause(ctx)
+	h.cancel = cancel
+	watchCtx, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	go h.watch(watchCtx)
+	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, conn: conn}), nil
+}
+
+// exclusiveCheckFailures is how many checks in a row may fail to tell
+// whether the session holds the lock before Exclusive gives it up as lost.
+const exclusiveCheckFailures = 2
+
+// watch checks every KeepAlive, through the pool, that the session still
+// holds the lock, and cancels fn's ctx when it does not, when it cannot
+// tell exclusiveCheckFailures times in a row, or when the store closes.
+func (h *exclusiveHold) watch(ctx context.Context) {
+	defer close(h.watchDone)
+	ticker := time.NewTicker(h.s.cfg.KeepAlive)
+	defer ticker.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.s.ctx.Done():
+			h.lose(fmt.Errorf("%w while the job ran", lockstore.ErrClosed))
+			return
+		case <-ticker.C:
+		}
+		held, err := h.s.sessionHolds(ctx, h.pid, h.id)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && held:
+			failures = 0
+		case err == nil:
+			h.lose(fmt.Errorf("%w: the session (backend pid %d) no longer holds it", lockstore.ErrLockLost, h.pid))
+			return
+		default:
+			failures++
+			if failures >= exclusiveCheckFailures {
+				h.lose(fmt.Errorf("%w: cannot confirm that the session (backend pid %d) holds it: %w", lockstore.ErrLockLost, h.pid, err))
+				return
+			}
+		}
+	}
+}
+
+func (h *exclusiveHold) lose(err error) {
+	h.lost = err
+	h.cancel(err)
+}
+
+// sessionHolds asks, on a pooled connection, whether backend pid holds id's
+// session lock.
+func (s *Store) sessionHolds(ctx context.Context, pid uint32, id LockID) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	var held bool
+	err := s.pool.QueryRow(ctx, `
+		SELECT EXISTS (
+			SELECT 1 FROM pg_locks
+			WHERE locktype = 'advisory' AND pid = $1 AND granted
+			  AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = 2)`,
+		int64(pid), int64(id.Namespace), int64(id.ID)).Scan(&held)
+	return held, err
+}
+
+// end stops the watch, unlocks, closes the connection and frees the
+// node-local mutex. It returns an error when the lock was lost, or could
+// not be confirmed to the end. It does nothing the second time.
+func (h *exclusiveHold) end() error {
+	if h.ended {
+		return nil
+	}
+	h.ended = true
+	h.stop()
+	<-h.watchDone
+
+	ctx, cancel := h.s.cleanupContext()
+	defer cancel()
+	var unlocked bool
+	err := h.conn.QueryRow(ctx, string(appendLockCall(make([]byte, 0, 64), "pg_advisory_unlock", h.id))).Scan(&unlocked)
+	// The connection never goes back to a pool: closing it also frees the
+	// lock if the unlock did not.
+	_ = h.conn.Close(ctx)
+	serialMutex.unlock(serialKey{h.s, h.id}, h.entry)
+	h.cancel(context.Canceled)
+
+	switch {
+	case h.lost != nil:
+		return fmt.Errorf("postgres: Exclusive %q: %w", h.key, h.lost)
+	case err != nil:
+		return fmt.Errorf("postgres: Exclusive %q: %w: unlock failed, the connection is closed: %w", h.key, lockstore.ErrLockLost, err)
+	case !unlocked:
+		return fmt.Errorf("postgres: Exclusive %q: %w: the session no longer held it at unlock", h.key, lockstore.ErrLockLost)
+	}
+	return nil
+}
+
+// sessionLockSQL waits for id's session lock. Bounded, lock_timeout is set
+// with set_config(..., true) for this message only: a simple-protocol
+// message of several statements is one implicit transaction, and the
+// setting ends with it while the session lock stays.
+func sessionLockSQL(id LockID, timeoutMS int64, bounded bool) string {
+	b := make([]byte, 0, 112)
+	if bounded {
+		b = append(b, "select set_config('lock_timeout', '"...)
+		b = strconv.AppendInt(b, timeoutMS, 10)
+		b = append(b, "', true); "...)
+	}
+	return string(appendLockCall(b, "pg_advisory_lock", id))
+}

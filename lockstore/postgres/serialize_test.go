@@ -1,0 +1,713 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// serialCounterTable creates counter(id, n) with the rows ids, n = 0.
+func serialCounterTable(ctx context.Context, t *testing.T, dsn string, ids ...string) {
+	t.Helper()
+	c := serialAdmin(t, dsn)
+	_, err := c.Exec(ctx, "CREATE TABLE counter (id text PRIMARY KEY, n int NOT NULL)")
+	require.NoError(t, err)
+	for _, id := range ids {
+		_, err := c.Exec(ctx, "INSERT INTO counter VALUES ($1, 0)", id)
+		require.NoError(t, err)
+	}
+}
+
+// increment is a read-modify-write in two statements: without the lock,
+// concurrent calls lose updates (READ COMMITTED, no FOR UPDATE).
+func increment(ctx context.Context, tx pgx.Tx, id string) (int, error) {
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT n FROM counter WHERE id = $1", id).Scan(&n); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, "UPDATE counter SET n = $2 WHERE id = $1", id, n+1); err != nil {
+		return 0, err
+	}
+	return n + 1, nil
+}
+
+func counterValue(ctx context.Context, t *testing.T, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, q.QueryRow(ctx, "SELECT n FROM counter WHERE id = $1", id).Scan(&n))
+	return n
+}
+
+func TestSerializeMutualExclusionAcrossTwoNodes(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	dsn := pgtest.DSN(t)
+	serialCounterTable(ctx, t, dsn, "storm")
+	nodes := []*Store{
+		serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "node-a"})),
+		serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "node-b"})),
+	}
+	key := lockstore.Key{Namespace: "counter", ID: "storm"}
+	const perNode, rounds = 16, 10
+
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*perNode*rounds)
+	for _, s := range nodes {
+		for range perNode {
+			wg.Go(func() {
+				for range rounds {
+					_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+						now := inside.Add(1)
+						defer inside.Add(-1)
+						for {
+							m := maxInside.Load()
+							if now <= m || maxInside.CompareAndSwap(m, now) {
+								break
+							}
+						}
+						return increment(ctx, tx, "storm")
+					})
+					if err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int32(1), maxInside.Load(), "two callers were inside at once")
+	require.Equal(t, 2*perNode*rounds, counterValue(ctx, t, nodes[0].pool, "storm"))
+}
+
+func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	dsn := pgtest.DSN(t)
+	serialCounterTable(ctx, t, dsn, "hot")
+	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "hot-node"})
+	s := serialStore(t, pool)
+	admin := serialAdmin(t, dsn)
+	hot := lockstore.Key{Namespace: "lobby", ID: "hot"}
+	hotID := serialLockID(t, s, hot)
+	const hotCallers, otherCallers = 100, 24
+
+	// The first hot caller holds the key until the other keys are done; the
+	// 99 others queue behind it. Were they to queue on the server, each
+	// would hold one of the pool's 4 connections and the other keys would
+	// never get one.
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var first atomic.Bool
+	var wg sync.WaitGroup
+	hotErrs := make(chan error, hotCallers)
+	hotCall := func() {
+		_, err := Serialize(ctx, s, hot, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			// Only this node's holder is on the server for the hot key:
+			// no pooled connection of the node waits there.
+			var granted, waiting int
+			if err := tx.QueryRow(ctx, serialLockCountSQL, int64(hotID.Namespace), int64(hotID.ID)).Scan(&granted, &waiting); err != nil {
+				return 0, err
+			}
+			if granted != 1 || waiting != 0 {
+				return 0, fmt.Errorf("hot key on the server: %d granted, %d waiting", granted, waiting)
+			}
+			if first.CompareAndSwap(false, true) {
+				close(entered)
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			}
+			return increment(ctx, tx, "hot")
+		})
+		hotErrs <- err
+	}
+	wg.Go(hotCall)
+	<-entered
+	for range hotCallers - 1 {
+		wg.Go(hotCall)
+	}
+	serialWaitUntil(t, "every hot caller is queued", func() bool { return serialQueued(s, hotID) == hotCallers })
+	require.Equal(t, int32(1), pool.Stat().AcquiredConns(), "the hot key holds more than one pooled connection")
+	granted, waiting := serialLockCount(ctx, t, admin, hotID)
+	require.Equal(t, 1, granted)
+	require.Zero(t, waiting)
+
+	otherCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var others sync.WaitGroup
+	otherErrs := make(chan error, otherCallers)
+	for i := range otherCallers {
+		others.Go(func() {
+			key := lockstore.Key{Namespace: "lobby", ID: fmt.Sprintf("other-%d", i)}
+			_, err := Serialize(otherCtx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				_, err := tx.Exec(ctx, "INSERT INTO counter VALUES ($1, 1)", key.ID)
+				return 0, err
+			})
+			otherErrs <- err
+		})
+	}
+	others.Wait()
+	close(otherErrs)
+	for err := range otherErrs {
+		require.NoError(t, err, "another key did not complete while the hot key was held")
+	}
+	require.Equal(t, hotCallers, serialQueued(s, hotID), "the hot key moved while its holder was blocked")
+
+	close(release)
+	wg.Wait()
+	close(hotErrs)
+	for err := range hotErrs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, hotCallers, counterValue(ctx, t, pool, "hot"))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM counter WHERE id LIKE 'other-%'").Scan(&n))
+	require.Equal(t, otherCallers, n)
+	require.Zero(t, serialQueued(s, hotID))
+}
+
+func TestSerializeLocalQueueIsFIFO(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	s := serialStore(t, pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2}))
+	key := lockstore.Key{Namespace: "fifo", ID: "k"}
+	id := serialLockID(t, s, key)
+
+	release := make(chan struct{})
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	run := func(i int, block bool) {
+		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if block {
+				<-release
+			}
+			return struct{}{}, nil
+		})
+		errs <- err
+	}
+	wg.Go(func() { run(0, true) })
+	serialWaitUntil(t, "the first caller holds the key", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 1
+	})
+	const waiters = 20
+	for i := 1; i <= waiters; i++ {
+		wg.Go(func() { run(i, false) })
+		serialWaitUntil(t, "the caller is queued", func() bool { return serialQueued(s, id) == i+1 })
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	want := make([]int, waiters+1)
+	for i := range want {
+		want[i] = i
+	}
+	require.Equal(t, want, order)
+}
+
+func TestSerializeNesting(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	dsn := pgtest.DSN(t)
+	var writes serialWrites
+	pool := serialCountingPool(t, dsn, 4, &writes)
+	s := serialStore(t, pool)
+	other := serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "other-node"}))
+	admin := serialAdmin(t, dsn)
+	k1 := lockstore.Key{Namespace: "nest", ID: "one"}
+	k2 := lockstore.Key{Namespace: "nest", ID: "two"}
+	id1, id2 := serialLockID(t, s, k1), serialLockID(t, s, k2)
+
+	t.Run("same key is a no-op on the same transaction", func(t *testing.T) {
+		_, err := Serialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
+			before := serialOwnWrites(t, outer.Conn())
+			got, err := Serialize(ctx, s, k1, func(ctx context.Context, inner pgx.Tx) (int, error) {
+				require.Same(t, outer, inner)
+				return 7, nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, 7, got)
+			require.Equal(t, before, serialOwnWrites(t, outer.Conn()), "the same key again went to the server")
+			return 0, nil
+		})
+		require.NoError(t, err)
+	})
+
+	t.Run("other key is taken on the outer transaction until it ends", func(t *testing.T) {
+		var pid uint32
+		_, err := Serialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
+			pid = outer.Conn().PgConn().PID()
+			before := serialOwnWrites(t, outer.Conn())
+			_, err := Serialize(ctx, s, k2, func(ctx context.Context, inner pgx.Tx) (int, error) {
+				require.Same(t, outer, inner)
+				return 0, nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, before+1, serialOwnWrites(t, outer.Conn()), "taking another key should cost one round trip")
+			// Still held after the inner call returned: released with the
+			// outer transaction.
+			require.True(t, serialBackendHolds(ctx, t, admin, pid, id1))
+			require.True(t, serialBackendHolds(ctx, t, admin, pid, id2))
+			// and another node cannot take it meanwhile.
+			var got bool
+			require.NoError(t, admin.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", id2.Namespace, id2.ID).Scan(&got))
+			require.False(t, got)
+			// Same key again inside costs nothing either.
+			before = serialOwnWrites(t, outer.Conn())
+			_, err = Serialize(ctx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			require.NoError(t, err)
+			require.Equal(t, before, serialOwnWrites(t, outer.Conn()))
+			return 0, nil
+		})
+		require.NoError(t, err)
+		require.False(t, serialBackendHolds(ctx, t, admin, pid, id1))
+		require.False(t, serialBackendHolds(ctx, t, admin, pid, id2))
+	})
+
+	t.Run("a deadline inside restores the transaction's lock_timeout", func(t *testing.T) {
+		outerCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := Serialize(outerCtx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			var outerTimeout string
+			require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&outerTimeout))
+			require.NotEqual(t, "0", outerTimeout, "the outer deadline should set lock_timeout")
+			innerCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := Serialize(innerCtx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			require.NoError(t, err)
+			var after string
+			require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&after))
+			require.Equal(t, outerTimeout, after)
+			return 0, nil
+		})
+		require.NoError(t, err)
+	})
+
+	t.Run("the caller's own transaction", func(t *testing.T) {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		pid := tx.Conn().PgConn().PID()
+		tctx, effects := WithTx(ctx, tx)
+		ran := false
+		got, err := Serialize(tctx, s, k1, func(ctx context.Context, inner pgx.Tx) (string, error) {
+			require.Same(t, tx, inner)
+			lockstore.AfterCommit(ctx, func() { ran = true })
+			// Nested again, on another key and on the same one.
+			return Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (string, error) {
+				return Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (string, error) { return "deep", nil })
+			})
+		})
+		require.NoError(t, err)
+		require.Equal(t, "deep", got)
+		require.True(t, serialBackendHolds(ctx, t, admin, pid, id1), "the lock ends with the caller's transaction")
+		require.True(t, serialBackendHolds(ctx, t, admin, pid, id2))
+		require.Zero(t, serialQueued(s, id1), "the caller's transaction must not take the node-local mutex")
+		// A Serialize from this node without the caller's tx queues and
+		// waits on the server, not on a deadlock: it completes once the
+		// caller commits.
+		done := make(chan error, 1)
+		go func() {
+			_, err := Serialize(ctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			done <- err
+		}()
+		serialWaitUntil(t, "the other caller waits on the server", func() bool {
+			_, waiting := serialLockCount(ctx, t, admin, id1)
+			return waiting == 1
+		})
+		require.False(t, ran, "an effect ran before the caller's commit")
+		require.NoError(t, tx.Commit(ctx))
+		require.False(t, ran, "effects are the caller's to run")
+		effects.Run()
+		require.True(t, ran)
+		require.NoError(t, <-done)
+	})
+
+	t.Run("another store's transaction is not this store's", func(t *testing.T) {
+		_, err := Serialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
+			return Serialize(ctx, other, k2, func(ctx context.Context, inner pgx.Tx) (int, error) {
+				require.NotSame(t, outer, inner)
+				require.NotEqual(t, outer.Conn().PgConn().PID(), inner.Conn().PgConn().PID())
+				return 0, nil
+			})
+		})
+		require.NoError(t, err)
+	})
+
+	t.Run("a nil transaction attached", func(t *testing.T) {
+		tctx, _ := WithTx(ctx, nil)
+		_, err := Serialize(tctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		require.ErrorContains(t, err, "nil transaction")
+	})
+}
+
+func TestSerializeAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	dsn := pgtest.DSN(t)
+	serialCounterTable(ctx, t, dsn, "c")
+	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2})
+	s := serialStore(t, pool)
+	key := lockstore.Key{Namespace: "effects", ID: "c"}
+	id := serialLockID(t, s, key)
+
+	t.Run("after commit and release, in order", func(t *testing.T) {
+		var order []string
+		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			n, err := increment(ctx, tx, "c")
+			lockstore.AfterCommit(ctx, func() {
+				// The write is visible from another connection, and the
+				// connection and the node-local mutex are free.
+				order = append(order, fmt.Sprintf("first n=%d", counterValue(ctx, t, pool, "c")))
+				require.Zero(t, serialQueued(s, id))
+				require.Zero(t, pool.Stat().AcquiredConns())
+			})
+			_, err2 := Serialize(ctx, s, lockstore.Key{Namespace: "effects", ID: "inner"}, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				lockstore.AfterCommit(ctx, func() { order = append(order, "inner") })
+				return 0, nil
+			})
+			lockstore.AfterCommit(ctx, func() { order = append(order, "last") })
+			require.Empty(t, order, "an effect ran inside the transaction")
+			return n, errors.Join(err, err2)
+		})
+		require.NoError(t, err)
+		require.Equal(t, []string{"first n=1", "inner", "last"}, order)
+	})
+
+	t.Run("never after rollback", func(t *testing.T) {
+		boom := errors.New("boom")
+		ran := false
+		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			lockstore.AfterCommit(ctx, func() { ran = true })
+			return 0, boom
+		})
+		require.ErrorIs(t, err, boom)
+		require.Panics(t, func() {
+			_, _ = Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				lockstore.AfterCommit(ctx, func() { ran = true })
+				panic("fn panics")
+			})
+		})
+		require.False(t, ran)
+	})
+
+	t.Run("at once outside a transaction", func(t *testing.T) {
+		ran := false
+		lockstore.AfterCommit(ctx, func() { ran = true })
+		require.True(t, ran)
+	})
+}
+
+func TestSerializeLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	dsn := pgtest.DSN(t)
+	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "waiter"})
+	s := serialStore(t, pool)
+	key := lockstore.Key{Namespace: "timeout", ID: "k"}
+	id := serialLockID(t, s, key)
+
+	// Another node holds the key.
+	holder := serialAdmin(t, dsn)
+	_, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", id.Namespace, id.ID)
+	require.NoError(t, err)
+
+	pidOf := func() uint32 {
+		pid, err := Serialize(ctx, s, lockstore.Key{Namespace: "timeout", ID: "free"}, func(ctx context.Context, tx pgx.Tx) (uint32, error) {
+			return tx.Conn().PgConn().PID(), nil
+		})
+		require.NoError(t, err)
+		return pid
+	}
+	before := pidOf()
+
+	t.Run("deadline becomes lock_timeout", func(t *testing.T) {
+		const budget = time.Second
+		dctx, cancel := context.WithTimeout(ctx, budget)
+		defer cancel()
+		start := time.Now()
+		_, err := Serialize(dctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		elapsed := time.Since(start)
+		require.ErrorIs(t, err, lockstore.ErrTimeout)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, dctx.Err(), "the server should answer before the deadline (after %v)", elapsed)
+		// The connection stayed usable: the pool still has the same one.
+		require.Equal(t, before, pidOf())
+		require.Equal(t, int32(1), pool.Stat().TotalConns())
+	})
+
+	t.Run("the server's own lock_timeout", func(t *testing.T) {
+		cfg := pool.Config()
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = "50"
+		short := serialStore(t, serialPoolFromConfig(t, cfg))
+		// No deadline: the server's lock_timeout is the only bound.
+		nctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_, err := Serialize(nctx, short, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		require.ErrorIs(t, err, lockstore.ErrTimeout)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	})
+
+	t.Run("a cancelled wait on the server", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := Serialize(cctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			done <- err
+		}()
+		serialWaitUntil(t, "the caller waits on the server", func() bool {
+			_, waiting := serialLockCount(ctx, t, holder, id)
+			return waiting == 1
+		})
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		require.Zero(t, serialQueued(s, id))
+	})
+
+	t.Run("a cancelled wait on the node-local queue", func(t *testing.T) {
+		free := lockstore.Key{Namespace: "timeout", ID: "local"}
+		freeID := serialLockID(t, s, free)
+		release := make(chan struct{})
+		entered := make(chan struct{})
+		done := make(chan error, 2)
+		go func() {
+			_, err := Serialize(ctx, s, free, func(context.Context, pgx.Tx) (int, error) {
+				close(entered)
+				<-release
+				return 0, nil
+			})
+			done <- err
+		}()
+		<-entered
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := Serialize(wctx, s, free, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotErrorIs(t, err, lockstore.ErrTimeout)
+		require.Equal(t, 1, serialQueued(s, freeID), "the cancelled waiter left a trace")
+		close(release)
+		require.NoError(t, <-done)
+	})
+
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", id.Namespace, id.ID)
+	require.NoError(t, err)
+	_, err = Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	require.NoError(t, err)
+}
+
+func TestSerializeRollback(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	dsn := pgtest.DSN(t)
+	serialCounterTable(ctx, t, dsn, "r")
+	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2})
+	s := serialStore(t, pool)
+	key := lockstore.Key{Namespace: "rollback", ID: "r"}
+	id := serialLockID(t, s, key)
+	free := func(t *testing.T) {
+		t.Helper()
+		require.Zero(t, serialQueued(s, id), "the node-local mutex was not released")
+		// A connection in doubt is destroyed, which pgxpool does in the
+		// background.
+		serialWaitUntil(t, "the connection is released", func() bool { return pool.Stat().AcquiredConns() == 0 })
+		require.Equal(t, 0, counterValue(ctx, t, pool, "r"), "the write was committed")
+	}
+
+	t.Run("fn error", func(t *testing.T) {
+		boom := errors.New("boom")
+		got, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			n, err := increment(ctx, tx, "r")
+			require.NoError(t, err)
+			return n, boom
+		})
+		require.Same(t, boom, err, "fn's error comes back as is")
+		require.Zero(t, got)
+		free(t)
+	})
+
+	t.Run("fn panic", func(t *testing.T) {
+		require.PanicsWithValue(t, "fn panics", func() {
+			_, _ = Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				_, err := increment(ctx, tx, "r")
+				require.NoError(t, err)
+				panic("fn panics")
+			})
+		})
+		free(t)
+	})
+
+	t.Run("rollback error joins fn's", func(t *testing.T) {
+		boom := errors.New("boom")
+		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err := increment(ctx, tx, "r")
+			require.NoError(t, err)
+			require.NoError(t, tx.Conn().Close(ctx)) // the rollback will fail
+			return 0, boom
+		})
+		require.ErrorIs(t, err, boom)
+		require.ErrorContains(t, err, "rollback")
+		free(t)
+	})
+
+	t.Run("commit error is wrapped", func(t *testing.T) {
+		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err := increment(ctx, tx, "r")
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "SELECT 1/0") // swallowed: the transaction is aborted
+			require.Error(t, err)
+			return 1, nil
+		})
+		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
+		require.ErrorContains(t, err, "commit")
+		free(t)
+	})
+
+	t.Run("ctx done before commit", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		_, err := Serialize(cctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			n, err := increment(ctx, tx, "r")
+			cancel()
+			return n, err
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		free(t)
+	})
+}
+
+func TestSerializeBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2})
+	s := serialStore(t, pool)
+	nop := func(context.Context, pgx.Tx) (int, error) { return 0, nil }
+	good := lockstore.Key{Namespace: "bad", ID: "input"}
+
+	for _, k := range []lockstore.Key{
+		{Namespace: "", ID: "x"},
+		{Namespace: "x", ID: ""},
+		{Namespace: strings.Repeat("n", lockstore.MaxNamespaceLen+1), ID: "x"},
+		{Namespace: "x", ID: strings.Repeat("i", lockstore.MaxIDLen+1)},
+	} {
+		_, err := Serialize(ctx, s, k, nop)
+		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
+		_, err = Exclusive(ctx, s, k, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
+		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
+	}
+	_, err := Serialize[int](ctx, s, good, nil)
+	require.ErrorContains(t, err, "nil fn")
+	_, err = Serialize(ctx, nil, good, nop)
+	require.ErrorContains(t, err, "nil *Store")
+	_, err = Exclusive[int](ctx, s, good, nil)
+	require.ErrorContains(t, err, "nil fn")
+	require.Zero(t, pool.Stat().AcquiredConns())
+}
+
+func TestSerializeClosedStore(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2})
+	s := serialStore(t, pool)
+	key := lockstore.Key{Namespace: "closed", ID: "k"}
+
+	// A waiter on the node-local queue fails when the store closes.
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	holderDone := make(chan error, 1)
+	go func() {
+		_, err := Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) {
+			close(entered)
+			<-release
+			return 0, nil
+		})
+		holderDone <- err
+	}()
+	<-entered
+	waiterDone := make(chan error, 1)
+	go func() {
+		_, err := Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		waiterDone <- err
+	}()
+	id := serialLockID(t, s, key)
+	serialWaitUntil(t, "the waiter is queued", func() bool { return serialQueued(s, id) == 2 })
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, <-waiterDone, lockstore.ErrClosed)
+	close(release)
+	require.NoError(t, <-holderDone, "the holder's transaction was already running")
+
+	_, err := Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	require.ErrorIs(t, err, lockstore.ErrClosed)
+	_, err = Exclusive(ctx, s, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
+	require.ErrorIs(t, err, lockstore.ErrClosed)
+}
+
+func TestSerializeRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	var writes serialWrites
+	pool := serialCountingPool(t, pgtest.DSN(t), 1, &writes)
+	s := serialStore(t, pool)
+	key := lockstore.Key{Namespace: "rt", ID: "k"}
+	id := serialLockID(t, s, key)
+	nop := func(context.Context, pgx.Tx) (int, error) { return 0, nil }
+	measure := func(op func() error) int64 {
+		require.NoError(t, op()) // warm: connection made, statements cached
+		before := serialConnWrites(ctx, t, pool)
+		require.NoError(t, op())
+		return serialConnWrites(ctx, t, pool) - before
+	}
+
+	serialize := measure(func() error { _, err := Serialize(ctx, s, key, nop); return err })
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	withDeadline := measure(func() error { _, err := Serialize(dctx, s, key, nop); return err })
+	naive := measure(func() error { return naiveSerialize(ctx, pool, id) })
+	t.Logf("round trips per op: Serialize %d (with deadline %d), naive %d", serialize, withDeadline, naive)
+	require.Equal(t, int64(2), serialize)
+	require.Equal(t, int64(2), withDeadline)
+	require.Equal(t, int64(3), naive)
+}
+
+// naiveSerialize is the form Serialize improves on: Begin, SELECT
+// pg_advisory_xact_lock, Commit, three round trips.
+func naiveSerialize(ctx context.Context, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, id LockID) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", id.Namespace, id.ID); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

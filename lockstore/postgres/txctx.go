@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// txScope is the open transaction a ctx carries: one opened by Serialize
+// (store is that Store) or the caller's own, attached with WithTx (store is
+// nil: every Store uses it).
+type txScope struct {
+	store *Store
+	tx    pgx.Tx
+
+	mu   sync.Mutex
+	held map[LockID]struct{} // lock ids whose xact lock tx holds
+}
+
+type txScopeKey struct{}
+
+// txScopeFor returns the transaction ctx carries that s must run in, or nil.
+// A transaction Serialize opened on another Store is not s's: it may be on
+// another database, and taking s's locks there would protect nothing.
+func txScopeFor(ctx context.Context, s *Store) *txScope {
+	sc, _ := ctx.Value(txScopeKey{}).(*txScope)
+	if sc == nil || (sc.store != nil && sc.store != s) {
+		return nil
+	}
+	return sc
+}
+
+func withTxScope(ctx context.Context, sc *txScope) context.Context {
+	return context.WithValue(ctx, txScopeKey{}, sc)
+}
+
+// holds reports whether the transaction already holds id's lock.
+func (sc *txScope) holds(id LockID) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	_, ok := sc.held[id]
+	return ok
+}
+
+// took records that the transaction now holds id's lock.
+func (sc *txScope) took(id LockID) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.held == nil {
+		sc.held = make(map[LockID]struct{})
+	}
+	sc.held[id] = struct{}{}
+}
+
+// WithTx returns a ctx that carries tx, a transaction the caller opened and
+// will end, and the effects registered in it with lockstore.AfterCommit.
+//
+// Serialize and Exclusive called with the returned ctx (on any Store of
+// tx's database) run inside tx: they skip the node-local mutex, take the
+// key's pg_advisory_xact_lock on tx (once per key: the same key again costs
+// nothing) and leave the commit to the caller. The locks are released when
+// tx ends. Attach only a transaction on the database the stores lock on.
+//
+// The effects belong to the caller's transaction: lockstore.AfterCommit
+// inside the returned ctx registers into effects instead of running at
+// once, so nothing runs before the caller's commit. Call effects.Run after
+// tx commits; on rollback drop it. Effects never run are lost, never run
+// early.
+//
+//	tx, err := pool.Begin(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback(ctx)
+//	ctx, effects := postgres.WithTx(ctx, tx)
+//	if _, err := postgres.Serialize(ctx, store, key, work); err != nil {
+//		return err
+//	}
+//	if err := tx.Commit(ctx); err != nil {
+//		return err
+//	}
+//	effects.Run()
+func WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects) {
+	ctx, effects := lockstore.NewEffects(ctx)
+	return withTxScope(ctx, &txScope{tx: tx}), effects
+}
+
+// exclusiveScope is the session lock an Exclusive call holds, carried by
+// the ctx its fn gets.
+type exclusiveScope struct {
+	store *Store
+	id    LockID
+	conn  *pgx.Conn
+	mu    sync.Mutex // one Serialize at a time on conn
+}
+
+type exclusiveScopeKey struct{}
+
+// exclusiveScopeFor returns the Exclusive call of s that ctx runs in, or nil.
+func exclusiveScopeFor(ctx context.Context, s *Store) *exclusiveScope {
+	sc, _ := ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
+	if sc == nil || sc.store != s {
+		return nil
+	}
+	return sc
+}
+
+func withExclusiveScope(ctx context.Context, sc *exclusiveScope) context.Context {
+	return context.WithValue(ctx, exclusiveScopeKey{}, sc)
+}
