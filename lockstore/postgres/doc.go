@@ -41,9 +41,9 @@
 // never blocks a lock connection that other keys share.
 //
 // Each lock connection has one owner goroutine. It sends every request
-// pending at the time in one round trip (the try-locks in one statement
-// over arrays, the unlocks in another, pipelined), so that 64 concurrent
-// claims cost a few round trips, not 64 connections. A caller's context
+// pending at the time in one round trip (one statement over arrays that
+// tries the locks and runs the unlocks), so that 64 concurrent claims cost
+// a few round trips, not 64 connections. A caller's context
 // never reaches a lock connection (pgx closes a connection whose query is
 // cancelled): round trips run under the store's own context, bounded by
 // Config.Timeout, and a grant that arrives after its caller gave up is

@@ -17,9 +17,9 @@ import (
 // locks on, and the goroutine that owns it (run). Callers never touch the
 // connection: they queue requests (submit) and wait for their results. The
 // owner sends every request pending at the time in one round trip (one
-// statement for the unlocks, one for the try-locks, pipelined), so that
-// many concurrent claims cost one round trip, and runs it under the store's
-// context, never a caller's.
+// statement over arrays: see batchSQLFor), so that many concurrent claims
+// cost one round trip, and runs it under the store's context, never a
+// caller's.
 //
 // When the connection fails, or a round trip or a ping times out, or an
 // unlock returns false, the owner closes it (so the server frees whatever
@@ -284,52 +284,51 @@ func (c *lockConn) flush() {
 	}
 }
 
-// roundTrip runs one batch: its unlocks, then its try-locks, in one round
-// trip, and applies the results once every result has been read.
+// roundTrip runs one batch in one statement, so one round trip without
+// pipelining, and applies the results once every result has been read.
 func (c *lockConn) roundTrip(batch []*request) error {
-	var unlocks, locks []*request
-	for _, r := range batch {
-		if r.kind == unlockRequest {
-			unlocks = append(unlocks, r)
-		} else {
-			locks = append(locks, r)
-		}
-	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.Timeout)
 	defer cancel()
-
-	unlocked := make([]bool, len(unlocks))
-	tokens := make([]int64, len(locks))
-	b := &pgx.Batch{}
-	if len(unlocks) > 0 {
-		ns, ids := lockArrays(unlocks)
-		b.Queue(unlockSQL, ns, ids)
+	n := len(batch)
+	isLock := make([]bool, n)
+	ns := make([]int32, n)
+	ids := make([]int32, n)
+	for i, r := range batch {
+		isLock[i] = r.kind == lockRequest
+		ns[i], ids[i] = r.id.Namespace, r.id.ID
 	}
-	if len(locks) > 0 {
-		ns, ids := lockArrays(locks)
-		b.Queue(c.s.lockSQL, ns, ids)
-	}
-	br := c.conn.SendBatch(ctx, b)
-	if len(unlocks) > 0 {
-		if err := readResults(br, unlocked); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("unlock: %w", err)
-		}
-	}
-	if len(locks) > 0 {
-		if err := readResults(br, tokens); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("try lock: %w", err)
-		}
-	}
-	if err := br.Close(); err != nil {
+	results := make([]int64, n)
+	seen := make([]bool, n)
+	rows, err := c.conn.Query(ctx, c.s.batchSQL, isLock, ns, ids)
+	if err != nil {
 		return err
+	}
+	for rows.Next() {
+		var i, v int64
+		if err := rows.Scan(&i, &v); err != nil {
+			rows.Close()
+			return err
+		}
+		if i < 1 || i > int64(n) || seen[i-1] {
+			rows.Close()
+			return fmt.Errorf("unexpected result for request %d of %d", i, n)
+		}
+		seen[i-1] = true
+		results[i-1] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, ok := range seen {
+		if !ok {
+			return fmt.Errorf("no result for request %d of %d", i+1, n)
+		}
 	}
 
 	var notHeld error
-	for i, ok := range unlocked {
-		if !ok {
-			r := unlocks[i]
+	for i, r := range batch {
+		if r.kind == unlockRequest && results[i] == 0 {
 			r.err = fmt.Errorf("postgres: release %s: the server did not hold it (the connection was closed): %w", r.lock.key, lockstore.ErrLockLost)
 			notHeld = fmt.Errorf("pg_advisory_unlock(%d, %d) returned false", r.id.Namespace, r.id.ID)
 		}
@@ -338,64 +337,27 @@ func (c *lockConn) roundTrip(batch []*request) error {
 		// In doubt: close the connection rather than guess what it holds.
 		return notHeld
 	}
-	for _, r := range unlocks {
-		c.released(r)
-	}
 	now := time.Now()
-	for i, r := range locks {
-		c.granted(r, tokens[i], now)
+	for i, r := range batch {
+		if r.kind == unlockRequest {
+			c.released(r)
+		} else {
+			c.granted(r, results[i], now)
+		}
 	}
 	return nil
 }
 
-// readResults reads one result set of (ordinal, value) rows into out.
-func readResults[T any](br pgx.BatchResults, out []T) error {
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	seen := 0
-	for rows.Next() {
-		var i int64
-		var v T
-		if err := rows.Scan(&i, &v); err != nil {
-			return err
-		}
-		if i < 1 || i > int64(len(out)) {
-			return fmt.Errorf("result for ordinal %d of %d", i, len(out))
-		}
-		out[i-1] = v
-		seen++
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if seen != len(out) {
-		return fmt.Errorf("%d results for %d requests", seen, len(out))
-	}
-	return nil
-}
-
-func lockArrays(rs []*request) (ns, ids []int32) {
-	ns = make([]int32, len(rs))
-	ids = make([]int32, len(rs))
-	for i, r := range rs {
-		ns[i], ids[i] = r.id.Namespace, r.id.ID
-	}
-	return ns, ids
-}
-
-// unlockSQL releases one session advisory lock per pair of array elements;
-// WITH ORDINALITY numbers the results so that none is matched by position.
-const unlockSQL = `SELECT t.i, pg_advisory_unlock(t.a, t.b) FROM unnest($1::int4[], $2::int4[]) WITH ORDINALITY AS t(a, b, i)`
-
-// lockSQLFor tries one session advisory lock per pair of array elements and
-// draws a fencing token from seq in the same statement for each one
-// granted (0 for one not granted: the sequence starts at 1).
-func lockSQLFor(seq string) string {
-	return `SELECT t.i, CASE WHEN pg_try_advisory_lock(t.a, t.b) THEN nextval(` + seq + `) ELSE 0 END ` +
-		`FROM unnest($1::int4[], $2::int4[]) WITH ORDINALITY AS t(a, b, i)`
+// batchSQLFor is the statement of one round trip: for each element of the
+// arrays, in order, an unlock (op false: 1 when the session held the lock,
+// 0 when not) or a try-lock (op true: a fencing token drawn from seq in the
+// same statement when granted, 0 when not; the sequence starts at 1). WITH
+// ORDINALITY numbers the results, so none is matched by position.
+func batchSQLFor(seq string) string {
+	return `SELECT t.i, CASE WHEN t.op ` +
+		`THEN CASE WHEN pg_try_advisory_lock(t.a, t.b) THEN nextval(` + seq + `) ELSE 0 END ` +
+		`ELSE CASE WHEN pg_advisory_unlock(t.a, t.b) THEN 1 ELSE 0 END END ` +
+		`FROM unnest($1::bool[], $2::int4[], $3::int4[]) WITH ORDINALITY AS t(op, a, b, i)`
 }
 
 // released applies a confirmed unlock: the lock ends, its turn passes on.
@@ -449,6 +411,9 @@ func (c *lockConn) shutdown() {
 }
 
 func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
+	// A round trip cut short by Close fails like any other: report it as
+	// the store closing, not as the connection being down.
+	closing = closing || c.s.ctx.Err() != nil
 	if c.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = c.conn.Close(ctx)

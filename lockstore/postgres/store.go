@@ -39,9 +39,10 @@ type Store struct {
 	names      map[int32]string
 
 	// tokenSQL is the fencing-token sequence as a regclass SQL literal, and
-	// lockSQL the batched try-lock statement that draws from it.
+	// batchSQL the statement of a lock connection's round trip, which draws
+	// from it.
 	tokenSQL string
-	lockSQL  string
+	batchSQL string
 
 	// connConfig opens the lock connections: the pool's, with Node as
 	// application_name and TCP keepalive after Config.KeepAlive.
@@ -91,7 +92,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.cfg.Namespaces = s.namespaces
 	seq := pgx.Identifier{cfg.Schema, tokenSequence}.Sanitize()
 	s.tokenSQL = "'" + strings.ReplaceAll(seq, "'", "''") + "'::regclass"
-	s.lockSQL = lockSQLFor(s.tokenSQL)
+	s.batchSQL = batchSQLFor(s.tokenSQL)
 	s.connConfig = lockConnConfig(connConfig, cfg)
 	s.queue = newTurnQueue()
 
