@@ -1,0 +1,54 @@
+package app
+
+import (
+	"context"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// Backend is the database a node's handlers write to, with the lock store
+// that coordinates them: SQLite for the embedded demo (SQLiteBackend),
+// PostgreSQL for nodes that share one database (PostgresBackend). The
+// handlers are written once against it; their SQL uses $1-style
+// placeholders, which both databases read.
+type Backend interface {
+	// Locker takes the claims of the Uniqueness middleware and the locks
+	// of the Lock middleware.
+	Locker() lockstore.Locker
+	// Name is "sqlite" or "postgres".
+	Name() string
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+
+	// db runs statements outside any transaction: the lookups.
+	db() querier
+	// tx runs fn in a transaction, committed when fn returns nil.
+	tx(ctx context.Context, fn txFunc) error
+	// serialize runs fn in a transaction that holds key's lock (seed
+	// 003's serialize): one fn at a time per key, on every node.
+	serialize(ctx context.Context, key lockstore.Key, fn txFunc) error
+	// migrate runs the schema statements once, safely when several nodes
+	// start at once.
+	migrate(ctx context.Context, stmts []string) error
+	// isUniqueViolation reports whether err is a unique index refusing a
+	// row: the backstop under the claims.
+	isUniqueViolation(err error) bool
+}
+
+// txFunc is the work of one transaction.
+type txFunc func(ctx context.Context, q querier) error
+
+// querier runs SQL on a database or in a transaction.
+type querier interface {
+	// exec runs a statement and returns the number of rows it changed.
+	exec(ctx context.Context, sql string, args ...any) (int64, error)
+	// queryRow runs a query that returns at most one row.
+	queryRow(ctx context.Context, sql string, args ...any) row
+}
+
+// row is one row of a result, as *sql.Row and pgx.Row both are: Scan
+// returns an error matching sql.ErrNoRows when there is none (pgx.ErrNoRows
+// matches it).
+type row interface {
+	Scan(dest ...any) error
+}

@@ -1,0 +1,105 @@
+package app
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	moderncsqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/sqlite"
+)
+
+// SQLiteBackend returns the backend of an embedded node on store's database
+// file (see sqlite.New and sqlite.DSN). The store's in-process locks take
+// the claims and locks: an SQLite database has one node.
+func SQLiteBackend(store *sqlite.Store) Backend {
+	return sqliteBackend{store: store}
+}
+
+type sqliteBackend struct{ store *sqlite.Store }
+
+func (b sqliteBackend) Locker() lockstore.Locker { return b.store }
+func (b sqliteBackend) Name() string             { return "sqlite" }
+
+func (b sqliteBackend) Ping(ctx context.Context) error { return b.store.DB().PingContext(ctx) }
+
+func (b sqliteBackend) db() querier { return sqlQuerier{b.store.DB()} }
+
+func (b sqliteBackend) tx(ctx context.Context, fn txFunc) (err error) {
+	// The DSN begins every transaction IMMEDIATE: the write lock is taken
+	// at BEGIN, so a read-modify-write never fails halfway with SQLITE_BUSY.
+	tx, err := b.store.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		// After an error or a panic of fn; a no-op after the commit.
+		err = errors.Join(err, ignoreDone(tx.Rollback()))
+	}()
+	if err := fn(ctx, sqlQuerier{tx}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func (b sqliteBackend) serialize(ctx context.Context, key lockstore.Key, fn txFunc) error {
+	_, err := sqlite.Serialize(ctx, b.store, key, func(ctx context.Context, tx *sql.Tx) (struct{}, error) {
+		return struct{}{}, fn(ctx, sqlQuerier{tx})
+	})
+	return err
+}
+
+func (b sqliteBackend) migrate(ctx context.Context, stmts []string) error {
+	// One process writes an SQLite database through a Store (its file lock
+	// says so), so one transaction is enough.
+	return b.tx(ctx, func(ctx context.Context, q querier) error {
+		for _, s := range stmts {
+			if _, err := q.exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", firstLine(s), err)
+			}
+		}
+		return nil
+	})
+}
+
+func (sqliteBackend) isUniqueViolation(err error) bool {
+	var e *moderncsqlite.Error
+	return errors.As(err, &e) &&
+		(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+// sqlQuerier is a querier on database/sql: a *sql.DB or a *sql.Tx.
+type sqlQuerier struct {
+	q interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+}
+
+func (s sqlQuerier) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s sqlQuerier) queryRow(ctx context.Context, query string, args ...any) row {
+	return s.q.QueryRowContext(ctx, query, args...)
+}
+
+// ignoreDone drops the error of a rollback after the transaction already
+// ended.
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,35 @@
+// Package app is the example service of claimbus: staff sign-up, wallet
+// transfers and a word-guessing lobby, each command sent through a bus whose
+// middleware takes claims and locks, on an embedded SQLite database or on
+// PostgreSQL shared by several nodes.
+//
+// The example_app command runs it as a demo (SQLite) and as an HTTP
+// service (PostgreSQL); the end-to-end tests in package test run several
+// nodes of it on one database.
+//
+// # The three patterns
+//
+//   - Staff sign-up (staff.go): CreateStaff goes through Validate and the
+//     Uniqueness middleware, which claims the normalised email, looks it up
+//     in the staff table while holding the claim, and rejects a taken one
+//     as already_taken naming the field "email". The handler's insert
+//     commits before the claim is released; a unique index stays as the
+//     backstop (Node.Backstops counts the times it fired: never, while the
+//     claims work).
+//   - Wallet transfers (wallet.go): OpenTransfer, ApproveTransfer and
+//     CancelTransfer go through the Lock middleware, one lock per transfer
+//     id: an approve and a cancel of one transfer never run together, the
+//     second gets a locked rejection. Balances move by atomic writes (a
+//     debit only where the balance covers it).
+//   - Lobby guesses (lobby.go): GuessWord runs its read-modify-write in
+//     Serialize on the lobby (pg_advisory_xact_lock on PostgreSQL,
+//     BEGIN IMMEDIATE behind an in-process lock on SQLite), so each word has
+//     exactly one winner.
+//
+// # Nodes
+//
+// A Node is a bus with the handlers, over a Backend: SQLiteBackend for the
+// embedded demo, PostgresBackend for nodes sharing a database (give their
+// postgres.Store Namespaces()). New creates the schema (Migrate), which is
+// safe when nodes start at once; Handler serves the HTTP API.
+package app

@@ -1,0 +1,132 @@
+package app
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"unicode"
+
+	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// Lobby is a word-guessing game: players guess its hidden words, and the
+// first correct guess of each word wins it.
+type Lobby struct {
+	LobbyID   string `json:"lobby_id"`
+	Words     int    `json:"words"`
+	WordsLeft int    `json:"words_left"`
+}
+
+// Guess is the outcome of one GuessWord.
+type Guess struct {
+	LobbyID string `json:"lobby_id"`
+	Word    string `json:"word"`
+	// Correct says whether the word is one of the lobby's.
+	Correct bool `json:"correct"`
+	// Won says whether this guess was the first correct one of the word.
+	Won bool `json:"won"`
+	// WordsLeft is how many words of the lobby nobody has found yet.
+	WordsLeft int `json:"words_left"`
+}
+
+// normalizeWord is the form words are stored and compared in.
+func normalizeWord(w string) string { return strings.ToLower(strings.TrimSpace(w)) }
+
+// AddLobby creates a lobby hiding words. It is set-up, not a command: it
+// writes directly.
+func (n *Node) AddLobby(ctx context.Context, id string, words []string) error {
+	if id == "" || len(id) > commands.MaxIDLen || strings.ContainsAny(id, " \t\r\n") {
+		return middleware.Reject(middleware.CodeInvalid, "lobby_id", "must be 1 to %d bytes without white space", commands.MaxIDLen)
+	}
+	if len(words) == 0 {
+		return middleware.Reject(middleware.CodeInvalid, "words", "a lobby hides at least one word")
+	}
+	seen := make(map[string]bool, len(words))
+	for _, w := range words {
+		w = normalizeWord(w)
+		if w == "" || len(w) > commands.MaxWordLen || strings.IndexFunc(w, func(r rune) bool { return !unicode.IsLetter(r) }) >= 0 {
+			return middleware.Reject(middleware.CodeInvalid, "words", "words are 1 to %d bytes of letters", commands.MaxWordLen)
+		}
+		if seen[w] {
+			return middleware.Reject(middleware.CodeInvalid, "words", "a word is given twice")
+		}
+		seen[w] = true
+	}
+	return n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+		added, err := q.exec(ctx, `INSERT INTO lobby (lobby_id, words_left) VALUES ($1, $2) ON CONFLICT (lobby_id) DO NOTHING`, id, len(seen))
+		if err != nil {
+			return err
+		}
+		if added == 0 {
+			return middleware.Reject(middleware.CodeAlreadyTaken, "lobby_id", "a lobby has this id")
+		}
+		for w := range seen {
+			if _, err := q.exec(ctx, `INSERT INTO lobby_word (lobby_id, word) VALUES ($1, $2)`, id, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Lobby returns a lobby, or an error matching ErrNotFound.
+func (n *Node) Lobby(ctx context.Context, id string) (Lobby, error) {
+	l := Lobby{LobbyID: id}
+	err := n.backend.db().queryRow(ctx,
+		`SELECT words_left, (SELECT count(*) FROM lobby_word WHERE lobby_id = $1) FROM lobby WHERE lobby_id = $1`, id).
+		Scan(&l.WordsLeft, &l.Words)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lobby{}, middleware.Reject(CodeNotFound, "lobby_id", "no such lobby")
+	}
+	return l, err
+}
+
+// guessWord handles GuessWord. The read-modify-write of the lobby (is the
+// word hidden here, was it found, record the win, count down) runs in
+// Serialize on the lobby: one guess at a time per lobby on every node,
+// so each word has exactly one winner.
+func (n *Node) guessWord(ctx context.Context, c *commands.GuessWord) (Guess, error) {
+	g := Guess{LobbyID: c.LobbyID, Word: normalizeWord(c.Word)}
+	id := commandID(ctx)
+	err := n.backend.serialize(ctx, lockstore.Key{Namespace: NamespaceLobby, ID: c.LobbyID}, func(ctx context.Context, q querier) error {
+		g.Correct, g.Won = false, false
+		err := q.queryRow(ctx, `SELECT words_left FROM lobby WHERE lobby_id = $1`, g.LobbyID).Scan(&g.WordsLeft)
+		if errors.Is(err, sql.ErrNoRows) {
+			return middleware.Reject(CodeNotFound, "lobby_id", "no such lobby")
+		}
+		if err != nil {
+			return err
+		}
+		var hidden, found int
+		err = q.queryRow(ctx, `SELECT
+	(SELECT count(*) FROM lobby_word WHERE lobby_id = $1 AND word = $2),
+	(SELECT count(*) FROM lobby_win WHERE lobby_id = $1 AND word = $2)`, g.LobbyID, g.Word).Scan(&hidden, &found)
+		if err != nil || hidden == 0 || found > 0 {
+			g.Correct = hidden > 0
+			return err
+		}
+		g.Correct = true
+		if _, err := q.exec(ctx, `INSERT INTO lobby_win (lobby_id, word, command_id) VALUES ($1, $2, $3)`, g.LobbyID, g.Word, id); err != nil {
+			return err
+		}
+		if _, err := q.exec(ctx, `UPDATE lobby SET words_left = words_left - 1 WHERE lobby_id = $1`, g.LobbyID); err != nil {
+			return err
+		}
+		g.Won, g.WordsLeft = true, g.WordsLeft-1
+		return nil
+	})
+	if n.backend.isUniqueViolation(err) {
+		// The primary key of lobby_win fired: something bypassed Serialize.
+		// The word was won by someone else (how many are left is unknown
+		// here, so WordsLeft stays 0).
+		n.backstop(ctx, "lobby.win", err)
+		return Guess{LobbyID: g.LobbyID, Word: g.Word, Correct: true}, nil
+	}
+	if err != nil {
+		return Guess{}, err
+	}
+	return g, nil
+}

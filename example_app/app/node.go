@@ -1,0 +1,227 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/uniqueness"
+)
+
+// Lock namespaces of the example.
+const (
+	// NamespaceStaffEmail is the scope of the claims on staff emails.
+	NamespaceStaffEmail = "staff.email"
+	// NamespaceTransfer is the namespace of the per-transfer locks.
+	NamespaceTransfer = "transfer"
+	// NamespaceLobby is the namespace of Serialize per lobby.
+	NamespaceLobby = "lobby"
+	// NamespaceNode is the namespace of the lock a node holds on its own
+	// name while it runs, so that two live nodes never share one.
+	NamespaceNode = "example.node"
+)
+
+// DefaultRequestTimeout bounds one command sent through the HTTP API when
+// Config.RequestTimeout is zero.
+const DefaultRequestTimeout = 20 * time.Second
+
+// Config configures a Node.
+type Config struct {
+	// Backend is the database the handlers write to and the lock store of
+	// the claims and locks. Required.
+	Backend Backend
+	// Name names the node in /healthz and in its log records. Default
+	// "node".
+	Name string
+	// Bus is where the node's bus starts from: its transport (Publisher and
+	// Subscriber, such as sqltransport.Transport.BusConfig sets them), node
+	// id and timeouts. The node sets its Middleware. Default: the zero
+	// bus.Config, a bus in process.
+	Bus bus.Config
+	// Middleware runs after the node's own (Logging, Validate, Uniqueness,
+	// Lock), so inside the claims and locks: the demo uses it to hold a
+	// command while another one arrives. Default none.
+	Middleware []middleware.Middleware
+	// Logger receives a record per command (at debug level, errors at
+	// error level) and the warnings of the backstop; give it the node's
+	// name with Logger.With when several nodes log to one place. Default:
+	// discard.
+	Logger *slog.Logger
+	// ClaimTimeout bounds the wait for the claim on a staff email. Default
+	// uniqueness.DefaultClaimTimeout.
+	ClaimTimeout time.Duration
+	// RequestTimeout bounds each command sent through the HTTP API.
+	// Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Backend == nil {
+		errs = append(errs, ErrNilBackend)
+	}
+	if len(c.Bus.Middleware) > 0 {
+		errs = append(errs, errors.New("app: Config.Bus.Middleware is set: the node sets its bus's middleware (use Config.Middleware)"))
+	}
+	if c.ClaimTimeout < 0 {
+		errs = append(errs, fmt.Errorf("app: Config.ClaimTimeout is negative (%v)", c.ClaimTimeout))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("app: Config.RequestTimeout is negative (%v)", c.RequestTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Node is one instance of the example service: a bus whose handlers write
+// to the backend's database, behind Validate, Uniqueness (one staff per
+// email) and Lock (one command per transfer at a time) middleware.
+type Node struct {
+	backend        Backend
+	name           string
+	bus            *bus.Bus
+	log            *slog.Logger
+	requestTimeout time.Duration
+	backstops      atomic.Int64
+}
+
+// New creates the schema when it is missing, builds the node's bus and
+// starts it. Close the node when done; it does not close the backend's
+// store or database.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		backend:        cfg.Backend,
+		name:           cmp.Or(cfg.Name, "node"),
+		log:            cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		requestTimeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
+	}
+	if err := Migrate(ctx, n.backend); err != nil {
+		return nil, err
+	}
+
+	unique, err := uniqueness.New(uniqueness.Config{
+		Locker:       n.backend.Locker(),
+		ClaimTimeout: cfg.ClaimTimeout,
+		Rules: []uniqueness.Rule{
+			uniqueness.Field("email", NamespaceStaffEmail,
+				func(c *commands.CreateStaff) string { return c.Email },
+				n.staffEmailTaken,
+				uniqueness.Normalize(uniqueness.NormalizeEmail),
+				uniqueness.AlreadyDone(n.staffCreatedBy)),
+		},
+		OnReleaseError: func(ctx context.Context, key lockstore.Key, err error) {
+			n.log.WarnContext(ctx, "release of a claim reported an error", "key", key.String(), "error", err)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	locks, err := middleware.Lock(middleware.LockConfig{
+		Locker: n.backend.Locker(),
+		Keys:   transferKeys,
+		Logger: n.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	bcfg := cfg.Bus
+	bcfg.Middleware = append([]middleware.Middleware{
+		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
+		middleware.Validate(),
+		unique,
+		locks,
+	}, cfg.Middleware...)
+	b, err := bus.New(bcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(
+		bus.Handle(b, n.createStaff),
+		bus.Handle(b, n.openTransfer),
+		bus.Handle(b, n.approveTransfer),
+		bus.Handle(b, n.cancelTransfer),
+		bus.Handle(b, n.guessWord),
+	); err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	if err := b.Start(ctx); err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	n.bus = b
+	return n, nil
+}
+
+// Close stops the node's bus: running commands finish and answer first.
+func (n *Node) Close() error { return n.bus.Close() }
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.name }
+
+// Backend returns the node's backend.
+func (n *Node) Backend() Backend { return n.backend }
+
+// Backstops returns how many times a unique index refused a row that the
+// claims should have kept out. It stays 0 while the claims work: a
+// non-zero count is a bug worth a look.
+func (n *Node) Backstops() int64 { return n.backstops.Load() }
+
+// backstop records that a unique index fired.
+func (n *Node) backstop(ctx context.Context, what string, err error) {
+	n.backstops.Add(1)
+	n.log.WarnContext(ctx, "a unique index refused a row the claims should have kept out", "what", what, "error", err)
+}
+
+// CreateStaff sends c through the bus and returns the member created, or a
+// rejection: already_taken naming "email" or "staff_id", invalid naming
+// the field.
+func (n *Node) CreateStaff(ctx context.Context, c *commands.CreateStaff) (Staff, error) {
+	s, err := bus.Dispatch[Staff](ctx, n.bus, c)
+	if err == nil && s.StaffID == "" {
+		// A redelivered command whose first run committed is done without
+		// running its handler again (uniqueness.AlreadyDone): it has no
+		// result, and the member is the one the command describes.
+		s = newStaff(c)
+	}
+	return s, err
+}
+
+// OpenTransfer sends c through the bus and returns the open transfer.
+func (n *Node) OpenTransfer(ctx context.Context, c *commands.OpenTransfer) (Transfer, error) {
+	return bus.Dispatch[Transfer](ctx, n.bus, c)
+}
+
+// ApproveTransfer sends c through the bus and returns the approved
+// transfer; a transfer that another command holds is rejected as locked.
+func (n *Node) ApproveTransfer(ctx context.Context, c *commands.ApproveTransfer) (Transfer, error) {
+	return bus.Dispatch[Transfer](ctx, n.bus, c)
+}
+
+// CancelTransfer sends c through the bus and returns the cancelled
+// transfer; a transfer that another command holds is rejected as locked.
+func (n *Node) CancelTransfer(ctx context.Context, c *commands.CancelTransfer) (Transfer, error) {
+	return bus.Dispatch[Transfer](ctx, n.bus, c)
+}
+
+// GuessWord sends c through the bus and returns the outcome of the guess.
+func (n *Node) GuessWord(ctx context.Context, c *commands.GuessWord) (Guess, error) {
+	return bus.Dispatch[Guess](ctx, n.bus, c)
+}
+
+// commandID returns the UUID of the command whose handler ctx belongs to.
+func commandID(ctx context.Context) string {
+	if p, ok := middleware.PipelineFromContext(ctx); ok {
+		return p.CommandUUID
+	}
+	return ""
+}

@@ -1,0 +1,212 @@
+package app
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// Wallet holds money in one currency, in minor units (cents).
+type Wallet struct {
+	WalletID string `json:"wallet_id"`
+	Currency string `json:"currency"`
+	Balance  int64  `json:"balance"`
+}
+
+// Transfer moves Amount from one wallet to another once approved.
+type Transfer struct {
+	TransferID   string `json:"transfer_id"`
+	FromWalletID string `json:"from_wallet_id"`
+	ToWalletID   string `json:"to_wallet_id"`
+	Amount       int64  `json:"amount"`
+	Currency     string `json:"currency"`
+	// State is "open", "approved" or "cancelled".
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// transferKeys names the lock of each transfer command: one command per
+// transfer at a time, and a second one arriving meanwhile is rejected as
+// locked (seed 000).
+func transferKeys(cmd any) []lockstore.Key {
+	var id string
+	switch c := cmd.(type) {
+	case *commands.OpenTransfer:
+		id = c.TransferID
+	case *commands.ApproveTransfer:
+		id = c.TransferID
+	case *commands.CancelTransfer:
+		id = c.TransferID
+	default:
+		return nil
+	}
+	return []lockstore.Key{{Namespace: NamespaceTransfer, ID: id}}
+}
+
+// AddWallet creates a wallet with an opening balance. It is set-up, not a
+// command: it writes directly.
+func (n *Node) AddWallet(ctx context.Context, w Wallet) error {
+	switch {
+	case w.WalletID == "" || len(w.WalletID) > commands.MaxIDLen || strings.ContainsAny(w.WalletID, " \t\r\n"):
+		return middleware.Reject(middleware.CodeInvalid, "wallet_id", "must be 1 to %d bytes without white space", commands.MaxIDLen)
+	case len(w.Currency) != 3 || strings.ToUpper(w.Currency) != w.Currency || strings.ContainsAny(w.Currency, "0123456789"):
+		return middleware.Reject(middleware.CodeInvalid, "currency", "must be an ISO 4217 code such as EUR")
+	case w.Balance < 0 || w.Balance > commands.MaxAmount:
+		return middleware.Reject(middleware.CodeInvalid, "balance", "must be 0 to %d", commands.MaxAmount)
+	}
+	added, err := n.backend.db().exec(ctx,
+		`INSERT INTO wallet (wallet_id, currency, balance) VALUES ($1, $2, $3) ON CONFLICT (wallet_id) DO NOTHING`,
+		w.WalletID, w.Currency, w.Balance)
+	if err != nil {
+		return err
+	}
+	if added == 0 {
+		return middleware.Reject(middleware.CodeAlreadyTaken, "wallet_id", "a wallet has this id")
+	}
+	return nil
+}
+
+// Wallet returns a wallet, or an error matching ErrNotFound.
+func (n *Node) Wallet(ctx context.Context, id string) (Wallet, error) {
+	w := Wallet{WalletID: id}
+	err := n.backend.db().queryRow(ctx, `SELECT currency, balance FROM wallet WHERE wallet_id = $1`, id).
+		Scan(&w.Currency, &w.Balance)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Wallet{}, middleware.Reject(CodeNotFound, "wallet_id", "no such wallet")
+	}
+	return w, err
+}
+
+// Transfer returns a transfer, or an error matching ErrNotFound.
+func (n *Node) Transfer(ctx context.Context, id string) (Transfer, error) {
+	return loadTransfer(ctx, n.backend.db(), id)
+}
+
+// openTransfer handles OpenTransfer, holding the transfer's lock.
+func (n *Node) openTransfer(ctx context.Context, c *commands.OpenTransfer) (Transfer, error) {
+	t := Transfer{
+		TransferID: c.TransferID, FromWalletID: c.FromWalletID, ToWalletID: c.ToWalletID,
+		Amount: c.Amount, Currency: c.Currency, State: "open",
+	}
+	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+		for _, w := range []struct{ field, id string }{{"from_wallet_id", c.FromWalletID}, {"to_wallet_id", c.ToWalletID}} {
+			var currency string
+			err := q.queryRow(ctx, `SELECT currency FROM wallet WHERE wallet_id = $1`, w.id).Scan(&currency)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return middleware.Reject(CodeNotFound, w.field, "no such wallet")
+			case err != nil:
+				return err
+			case currency != c.Currency:
+				return middleware.Reject(middleware.CodeInvalid, "currency", "the wallet %s holds %s", w.id, currency)
+			}
+		}
+		added, err := q.exec(ctx, `INSERT INTO transfer (transfer_id, from_wallet_id, to_wallet_id, amount, currency, state)
+VALUES ($1, $2, $3, $4, $5, 'open') ON CONFLICT (transfer_id) DO NOTHING`,
+			t.TransferID, t.FromWalletID, t.ToWalletID, t.Amount, t.Currency)
+		if err == nil && added == 0 {
+			return middleware.Reject(middleware.CodeAlreadyTaken, "transfer_id", "a transfer has this id")
+		}
+		return err
+	})
+	if err != nil {
+		return Transfer{}, err
+	}
+	return t, nil
+}
+
+// approveTransfer handles ApproveTransfer, holding the transfer's lock:
+// no cancel of the same transfer runs meanwhile. The money moves by
+// atomic writes, which also keep two transfers from one wallet, each under
+// its own lock, from overdrawing it: the debit only happens while the
+// balance covers it.
+func (n *Node) approveTransfer(ctx context.Context, c *commands.ApproveTransfer) (Transfer, error) {
+	var t Transfer
+	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+		var err error
+		if t, err = loadTransfer(ctx, q, c.TransferID); err != nil {
+			return err
+		}
+		if t.State != "open" {
+			return middleware.Reject(CodeNotOpen, "transfer_id", "the transfer is %s", t.State)
+		}
+		debit := func() error {
+			moved, err := q.exec(ctx, `UPDATE wallet SET balance = balance - $1 WHERE wallet_id = $2 AND balance >= $1`,
+				t.Amount, t.FromWalletID)
+			if err == nil && moved == 0 {
+				return middleware.Reject(CodeInsufficientFunds, "amount", "the wallet %s holds less than the amount", t.FromWalletID)
+			}
+			return err
+		}
+		credit := func() error {
+			_, err := q.exec(ctx, `UPDATE wallet SET balance = balance + $1 WHERE wallet_id = $2`, t.Amount, t.ToWalletID)
+			return err
+		}
+		// Rows are updated in wallet id order, so that two transfers in
+		// opposite directions cannot deadlock in PostgreSQL.
+		steps := []func() error{debit, credit}
+		if t.ToWalletID < t.FromWalletID {
+			steps = []func() error{credit, debit}
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
+		}
+		return setState(ctx, q, &t, "approved", "")
+	})
+	if err != nil {
+		return Transfer{}, err
+	}
+	return t, nil
+}
+
+// cancelTransfer handles CancelTransfer, holding the transfer's lock.
+func (n *Node) cancelTransfer(ctx context.Context, c *commands.CancelTransfer) (Transfer, error) {
+	var t Transfer
+	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+		var err error
+		if t, err = loadTransfer(ctx, q, c.TransferID); err != nil {
+			return err
+		}
+		if t.State != "open" {
+			return middleware.Reject(CodeNotOpen, "transfer_id", "the transfer is %s", t.State)
+		}
+		return setState(ctx, q, &t, "cancelled", strings.TrimSpace(c.Reason))
+	})
+	if err != nil {
+		return Transfer{}, err
+	}
+	return t, nil
+}
+
+// setState moves an open transfer to state. The condition on the old state
+// is the backstop under the lock: a transfer is decided once.
+func setState(ctx context.Context, q querier, t *Transfer, state, reason string) error {
+	changed, err := q.exec(ctx, `UPDATE transfer SET state = $2, reason = $3 WHERE transfer_id = $1 AND state = 'open'`,
+		t.TransferID, state, reason)
+	if err != nil {
+		return err
+	}
+	if changed == 0 {
+		return middleware.Reject(CodeNotOpen, "transfer_id", "the transfer was decided meanwhile")
+	}
+	t.State, t.Reason = state, reason
+	return nil
+}
+
+// loadTransfer reads a transfer, or fails with a not_found rejection.
+func loadTransfer(ctx context.Context, q querier, id string) (Transfer, error) {
+	t := Transfer{TransferID: id}
+	err := q.queryRow(ctx, `SELECT from_wallet_id, to_wallet_id, amount, currency, state, reason FROM transfer WHERE transfer_id = $1`, id).
+		Scan(&t.FromWalletID, &t.ToWalletID, &t.Amount, &t.Currency, &t.State, &t.Reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Transfer{}, middleware.Reject(CodeNotFound, "transfer_id", "no such transfer")
+	}
+	return t, err
+}
