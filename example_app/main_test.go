@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The demo's counts are its guarantees: one member per address, one winner
+// per race and per word, no overdraft, and the backstops never fire.
+func TestDemo(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var out bytes.Buffer
+	r, err := runDemo(ctx, &out)
+	require.NoError(t, err, out.String())
+
+	require.Equal(t, 64, r.Staff.Sent)
+	require.Equal(t, 12, r.Staff.Created)
+	require.Equal(t, 48, r.Staff.Taken)
+	require.Equal(t, map[string]int{"email": 48}, r.Staff.TakenFields)
+	require.Equal(t, 4, r.Staff.Invalid)
+	require.Equal(t, map[string]int{"email": 4}, r.Staff.InvalidFields)
+	require.Equal(t, 12, r.Staff.Rows)
+
+	require.Equal(t, [2]string{"approved", "locked"}, r.Transfers.Race1)
+	require.Equal(t, [2]string{"cancelled", "locked"}, r.Transfers.Race2)
+	require.Equal(t, 3, r.Transfers.Approved)
+	require.Equal(t, 7, r.Transfers.InsufficientFunds)
+	require.Equal(t, int64(115_00), r.Transfers.AliceBalance)
+	require.Equal(t, int64(5_00), r.Transfers.BobBalance)
+	require.Equal(t, int64(120_00), r.Transfers.Total)
+
+	require.Equal(t, map[string]int{"apple": 1, "river": 1, "stone": 1}, r.Lobby.Winners)
+	require.Equal(t, 27, r.Lobby.Late)
+	require.Equal(t, 10, r.Lobby.Wrong)
+	require.Equal(t, 0, r.Lobby.WordsLeft)
+	require.Zero(t, r.Backstops)
+
+	require.Contains(t, out.String(), "already_taken:   48  by field: email 48")
+	require.Contains(t, out.String(), "cancel arrives while approve holds the lock -> approve: approved, cancel: locked")
+	require.Contains(t, out.String(), "winners: apple 1, river 1, stone 1")
+
+	// The temporary directory, database and lock file included, is gone.
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, left)
+
+	// The story is the same every time.
+	var again bytes.Buffer
+	_, err = runDemo(ctx, &again)
+	require.NoError(t, err)
+	require.Equal(t, out.String(), again.String())
+}
+
+func TestRunUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+		stdout string
+	}{
+		{args: []string{"bogus"}, code: 2, stderr: `unknown command "bogus"`},
+		{args: []string{"demo", "extra"}, code: 2, stderr: "the demo takes no arguments"},
+		{args: []string{"help"}, code: 0, stdout: "example_app serve [flags]"},
+		{args: []string{"serve", "-h"}, code: 0, stderr: "-test-hold-email"},
+		{args: []string{"serve", "-bogus"}, code: 2, stderr: "flag provided but not defined: -bogus"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, tt.code, run(context.Background(), tt.args, &stdout, &stderr), "%v: %s", tt.args, stderr.String())
+		require.Contains(t, stderr.String(), tt.stderr, tt.args)
+		require.Contains(t, stdout.String(), tt.stdout, tt.args)
+	}
+}
+
+// Bad flags are all reported at once, each with what to do, before
+// anything connects.
+func TestServeFlags(t *testing.T) {
+	t.Parallel()
+	valid := serveFlags{addr: "127.0.0.1:0", node: "a", db: "postgres://u@127.0.0.1:5432/db", transport: "inprocess", logLevel: "info"}
+	require.NoError(t, valid.validate())
+
+	tests := []struct {
+		name string
+		mod  func(*serveFlags)
+		want []string
+	}{
+		{"no port", func(f *serveFlags) { f.addr = "127.0.0.1" }, []string{`-addr "127.0.0.1" is not host:port`}},
+		{"bad port", func(f *serveFlags) { f.addr = "127.0.0.1:http" }, []string{"the port is not a number"}},
+		{"port out of range", func(f *serveFlags) { f.addr = "127.0.0.1:70000" }, []string{"the port is not a number from 0 to 65535"}},
+		{"no host", func(f *serveFlags) { f.addr = ":8080" }, []string{"give the host to listen on"}},
+		{"no node", func(f *serveFlags) { f.node = "" }, []string{"-node \"\""}},
+		{"node with space", func(f *serveFlags) { f.node = "node a" }, []string{`-node "node a"`}},
+		{"no db", func(f *serveFlags) { f.db = "" }, []string{"-db is required"}},
+		{"db not a URL", func(f *serveFlags) { f.db = "host=x" }, []string{"postgres:// or postgresql:// URL"}},
+		{"db bad port", func(f *serveFlags) { f.db = "postgres://u@h:notaport/db" }, []string{"-db:"}},
+		{"transport", func(f *serveFlags) { f.transport = "kafka" }, []string{`-transport "kafka": want inprocess or postgres`}},
+		{"log level", func(f *serveFlags) { f.logLevel = "loud" }, []string{`-log-level "loud"`}},
+		{"hold email", func(f *serveFlags) { f.holdEmail = "nope" }, []string{"-test-hold-email"}},
+		{"everything at once", func(f *serveFlags) {
+			*f = serveFlags{addr: "x", transport: "kafka", logLevel: "loud"}
+		}, []string{"-addr", "-node", "-db is required", "-transport", "-log-level"}},
+	}
+	for _, tt := range tests {
+		f := valid
+		tt.mod(&f)
+		err := f.validate()
+		require.Error(t, err, tt.name)
+		for _, w := range tt.want {
+			require.Contains(t, err.Error(), w, tt.name)
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-node", "a b", "-db", "", "extra"}, &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "bad flags")
+	require.Contains(t, stderr.String(), `-node "a b"`)
+	require.Contains(t, stderr.String(), "-db is required")
+	require.Contains(t, stderr.String(), `unexpected arguments ["extra"]`)
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/sqltransport"
+	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/postgres"
+	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/uniqueness"
+)
+
+// Timeouts of the HTTP server and of shutdown.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	// writeTimeout is above app.DefaultRequestTimeout, so that a command
+	// that times out is still answered.
+	writeTimeout    = app.DefaultRequestTimeout + 10*time.Second
+	idleTimeout     = 60 * time.Second
+	shutdownTimeout = 15 * time.Second
+	// busCloseTimeout is how long the bus lets running handlers finish.
+	busCloseTimeout = 10 * time.Second
+	startTimeout    = 30 * time.Second
+)
+
+// serveFlags are the flags of serve.
+type serveFlags struct {
+	addr, node, db, transport, logLevel, holdEmail string
+}
+
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,48}$`)
+
+// validate reports every problem of the flags at once.
+func (f serveFlags) validate() error {
+	var errs []error
+	if host, port, err := net.SplitHostPort(f.addr); err != nil {
+		errs = append(errs, fmt.Errorf("-addr %q is not host:port: %w", f.addr, err))
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("-addr %q: the port is not a number from 0 to 65535", f.addr))
+	} else if host == "" {
+		errs = append(errs, fmt.Errorf("-addr %q: give the host to listen on, such as 127.0.0.1:%s (or 0.0.0.0:%s for every interface)", f.addr, port, port))
+	}
+	if !nodeName.MatchString(f.node) {
+		errs = append(errs, fmt.Errorf("-node %q: give each node a name of 1 to 48 letters, digits or . _ : -, unique among the nodes of the database", f.node))
+	}
+	if f.db == "" {
+		errs = append(errs, errors.New("-db is required: a PostgreSQL URL such as postgres://user@127.0.0.1:5432/claimbus (or set DATABASE_URL)"))
+	} else if !strings.HasPrefix(f.db, "postgres://") && !strings.HasPrefix(f.db, "postgresql://") {
+		errs = append(errs, errors.New("-db must be a postgres:// or postgresql:// URL"))
+	} else if _, err := pgxpool.ParseConfig(f.db); err != nil {
+		errs = append(errs, fmt.Errorf("-db: %w", err))
+	}
+	if f.transport != "inprocess" && f.transport != "postgres" {
+		errs = append(errs, fmt.Errorf("-transport %q: want inprocess or postgres", f.transport))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("-log-level %q: want debug, info, warn or error", f.logLevel))
+	}
+	if f.holdEmail != "" {
+		if err := commands.CheckEmail("email", f.holdEmail); err != nil {
+			errs = append(errs, fmt.Errorf("-test-hold-email: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// serve runs the HTTP API until ctx ends, and returns the exit code.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("example_app serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on; port 0 picks a free port (the address is printed)")
+	fs.StringVar(&f.node, "node", "", "`name` of this node, unique among the nodes of the database (required)")
+	fs.StringVar(&f.db, "db", os.Getenv("DATABASE_URL"), "PostgreSQL `URL` of the database the nodes share (default $DATABASE_URL)")
+	fs.StringVar(&f.transport, "transport", "inprocess",
+		"how commands reach their handlers: inprocess (the node that receives a request handles it) or postgres (one queue per command in the database, shared by every node)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
+	fs.StringVar(&f.holdEmail, "test-hold-email", "",
+		"for fault tests only: a CreateStaff of this `email` waits, holding its claim, until the node stops")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	err := f.validate()
+	if fs.NArg() > 0 {
+		err = errors.Join(err, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "example_app serve: bad flags:\n%v\n", err)
+		return 2
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(f.logLevel))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", f.node)
+	if err := runServer(ctx, f, logger, stdout); err != nil {
+		logger.Error("serve failed", "error", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "example_app: node %s stopped\n", f.node)
+	return 0
+}
+
+// runServer runs one node until ctx ends, then shuts it down gracefully:
+// the HTTP server stops taking requests and finishes those it has, then the
+// bus, the transport, the lock store and the pools close in turn.
+func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Writer) (err error) {
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	closers := []func() error{}
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			err = errors.Join(err, closers[i]())
+		}
+	}()
+
+	pool, err := openPool(startCtx, f.db, f.node, 20)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func() error { pool.Close(); return nil })
+	store, err := postgres.New(startCtx, pool, postgres.Config{Namespaces: app.Namespaces(), Node: f.node})
+	if err != nil {
+		return fmt.Errorf("lock store: %w", err)
+	}
+	closers = append(closers, store.Close)
+
+	// Two live nodes with one name would share a reply queue (with
+	// -transport postgres) and be told apart by nobody: the node holds its
+	// name as a lock while it runs, freed when its session ends.
+	name, err := store.TryLock(startCtx, lockstore.Key{Namespace: app.NamespaceNode, ID: f.node})
+	if errors.Is(err, lockstore.ErrLocked) {
+		return fmt.Errorf("another live node is named %q on this database: give each node its own -node", f.node)
+	}
+	if err != nil {
+		return fmt.Errorf("lock the node name: %w", err)
+	}
+	closers = append(closers, func() error { return name.Release(context.Background()) })
+
+	wmLogger := watermill.NewSlogLogger(logger.With("component", "bus"))
+	bcfg := bus.Config{CloseTimeout: busCloseTimeout, Logger: wmLogger}
+	if f.transport == "postgres" {
+		// The transport gets a pool of its own: each command subscription
+		// holds a connection while its handler runs, and the handlers
+		// write through the node's pool.
+		tpool, err := openPool(startCtx, f.db, f.node+"-bus", 16)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, func() error { tpool.Close(); return nil })
+		tr, err := sqltransport.New(startCtx, tpool, sqltransport.Config{NodeID: f.node, Logger: wmLogger})
+		if err != nil {
+			return fmt.Errorf("transport: %w", err)
+		}
+		closers = append(closers, tr.Close)
+		bcfg = tr.BusConfig(bcfg)
+	}
+
+	stopping := make(chan struct{})
+	var extra []middleware.Middleware
+	if f.holdEmail != "" {
+		extra = append(extra, holdEmail(uniqueness.NormalizeEmail(f.holdEmail), stopping, logger))
+	}
+	node, err := app.New(startCtx, app.Config{
+		Backend:    app.PostgresBackend(store),
+		Name:       f.node,
+		Bus:        bcfg,
+		Middleware: extra,
+		Logger:     logger,
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, node.Close)
+
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           node.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "example_app: node %s listening on http://%s (postgres, transport %s)\n", f.node, ln.Addr(), f.transport)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	close(stopping)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// openPool opens a pool on dsn whose sessions are named application (as
+// pg_stat_activity shows them), with maxConns connections unless the URL
+// sets pool_max_conns, and checks that the database answers.
+func openPool(ctx context.Context, dsn, application string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = application
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach the database at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// holdEmail is the fault tests' hook (-test-hold-email): a CreateStaff of
+// email waits inside its claim until the node stops, so that a test can
+// kill the node while it holds the claim. It runs after the Uniqueness
+// middleware. When the node stops, the command is halted as unavailable.
+func holdEmail(email string, stopping <-chan struct{}, logger *slog.Logger) middleware.Middleware {
+	return middleware.Hooks{Before: func(ctx context.Context, p *middleware.Pipeline) {
+		c, ok := p.Command.(*commands.CreateStaff)
+		if !ok || uniqueness.NormalizeEmail(c.Email) != email {
+			return
+		}
+		logger.Warn("test hook: holding the claim of a CreateStaff until the node stops", "staff_id", c.StaffID)
+		select {
+		case <-stopping:
+		case <-ctx.Done():
+		}
+		p.Halt(middleware.Reject(middleware.CodeUnavailable, "", "the node is stopping"))
+	}}
+}
