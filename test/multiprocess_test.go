@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/postgres"
+)
+
+// backstopLog is what a node logs when a unique index under the claims
+// fires (app.Node.Backstops).
+const backstopLog = "a unique index refused a row the claims should have kept out"
+
+// Nodes as separate processes of the example_app binary, on one database.
+func TestProcesses(t *testing.T) {
+	t.Parallel()
+	bin := buildApp(t)
+
+	// Two processes started at once (the schema is created by whichever
+	// comes first) share one queue per command through PostgreSQL; a
+	// storm of sign-ups over both creates one member per address; SIGTERM
+	// stops each gracefully.
+	t.Run("storm", func(t *testing.T) {
+		t.Parallel()
+		dsn := pgtest.DSN(t)
+		a := startProcess(t, bin, dsn, "a", "-transport", "postgres")
+		b := startProcess(t, bin, dsn, "b", "-transport", "postgres")
+		a.ready(t)
+		b.ready(t)
+		pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "observer"})
+		c := newClient(t)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+
+		out := storm(ctx, c, []string{a.url, b.url}, signups("user", 20, 10), stormConfig{})
+		requireOneRowPerEmail(t, pool, out, 20)
+
+		// A node name is taken while its node lives.
+		dup := startProcess(t, bin, dsn, "a", "-transport", "postgres")
+		select {
+		case <-dup.done:
+		case <-time.After(deadline):
+			t.Fatal("a second node named a keeps running")
+		}
+		require.Equal(t, 1, dup.cmd.ProcessState.ExitCode())
+		require.Contains(t, dup.out.String(), `another live node is named \"a\"`)
+
+		a.requireCleanExit(t)
+		b.requireCleanExit(t)
+		require.NotContains(t, a.out.String()+b.out.String(), backstopLog)
+	})
+
+	// A node killed with SIGKILL while it holds a claim loses it with its
+	// database sessions: the other node, which waited behind it, takes the
+	// address.
+	t.Run("kill while holding a claim", func(t *testing.T) {
+		t.Parallel()
+		const held = "held@example.org"
+		dsn := pgtest.DSN(t)
+		a := startProcess(t, bin, dsn, "a", "-test-hold-email", held)
+		b := startProcess(t, bin, dsn, "b")
+		a.ready(t)
+		b.ready(t)
+		pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "observer"})
+		c := newClient(t)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+
+		observer, err := postgres.New(ctx, pool, postgres.Config{Namespaces: app.Namespaces(), Node: "observer"})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, observer.Close()) })
+		lid, err := observer.LockID(lockstore.Key{Namespace: app.NamespaceStaffEmail, ID: held})
+		require.NoError(t, err)
+		heldBy := func(node string) bool {
+			holders, err := observer.Held(ctx)
+			require.NoError(t, err)
+			for _, h := range holders {
+				if h.Key.Namespace == app.NamespaceStaffEmail && h.Key.ID == strconv.FormatInt(int64(lid.ID), 10) && h.Node == node {
+					return true
+				}
+			}
+			return false
+		}
+
+		// Node a claims the address and holds it (the test hook).
+		aAnswer := make(chan answer, 1)
+		go func() {
+			aAnswer <- post(ctx, c, a.url+"/staff", signup{StaffID: "held-a", Email: held, Name: "Held A"})
+		}()
+		eventually(t, func() bool { return heldBy("a") }, "node a holds the claim on %s", held)
+
+		// Node b wants the same address: it cannot answer while a holds it.
+		bAnswer := make(chan answer, 1)
+		go func() {
+			bAnswer <- post(ctx, c, b.url+"/staff", signup{StaffID: "held-b", Email: "Held@Example.org", Name: "Held B"})
+		}()
+		require.True(t, heldBy("a"))
+		select {
+		case ans := <-bAnswer:
+			t.Fatalf("node b answered while node a held the claim: %d %v", ans.Status, ans.Body)
+		default:
+		}
+
+		st := a.stop(t, syscall.SIGKILL)
+		require.Equal(t, syscall.SIGKILL, st.Sys().(syscall.WaitStatus).Signal(), "%v", st)
+		require.Error(t, (<-aAnswer).Err, "node a died before answering")
+
+		select {
+		case ans := <-bAnswer:
+			require.NoError(t, ans.Err)
+			require.Equal(t, http.StatusCreated, ans.Status, "%v", ans.Body)
+			require.Equal(t, "held-b", ans.str("staff_id"))
+		case <-time.After(deadline):
+			t.Fatal("node b did not get the address after node a died")
+		}
+		require.False(t, heldBy("a"))
+		rows, n := staffRows(t, pool)
+		require.Equal(t, 1, n)
+		require.Equal(t, map[string]string{held: "held-b"}, rows)
+
+		b.requireCleanExit(t)
+		require.NotContains(t, b.out.String(), backstopLog)
+	})
+
+	// A node killed in the middle of a storm leaves no duplicate behind,
+	// whether each node handles its own requests or both take commands
+	// from one queue (where a command the dead node was handling is handed
+	// to the other one).
+	for _, transport := range []string{"inprocess", "postgres"} {
+		t.Run("kill mid-storm/"+transport, func(t *testing.T) {
+			t.Parallel()
+			dsn := pgtest.DSN(t)
+			a := startProcess(t, bin, dsn, "a", "-transport", transport)
+			b := startProcess(t, bin, dsn, "b", "-transport", transport)
+			a.ready(t)
+			b.ready(t)
+			pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "observer"})
+			c := newClient(t)
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+
+			// Node a is killed once 60 of 200 sign-ups are answered; what
+			// it did not answer is sent again to node b.
+			ups := signups("user", 20, 10)
+			out := storm(ctx, c, []string{a.url, b.url}, ups, stormConfig{
+				workers: 16,
+				afterN:  60,
+				after:   func() { _ = a.cmd.Process.Kill() },
+			})
+			<-a.done
+			created := map[string]string{}       // address -> staff id answered 201
+			lost := map[string]map[string]bool{} // address -> staff ids whose answer was lost
+			for i, o := range out {
+				ans := o.answer
+				if ans.Err != nil {
+					require.Equal(t, 0, o.node, "only node a's requests fail: %v", ans.Err)
+					if lost[o.base] == nil {
+						lost[o.base] = map[string]bool{}
+					}
+					lost[o.base][o.StaffID] = true
+					ans = post(ctx, c, b.url+"/staff", ups[i])
+					require.NoError(t, ans.Err)
+				}
+				switch ans.Status {
+				case http.StatusCreated:
+					require.NotContains(t, created, o.base, "two members created for %s", o.base)
+					created[o.base] = o.StaffID
+				case http.StatusConflict:
+					require.Equal(t, "already_taken", ans.str("code"))
+					require.Equal(t, "email", ans.str("field"))
+				default:
+					t.Fatalf("sign-up %s: status %d %v", o.StaffID, ans.Status, ans.Body)
+				}
+			}
+			require.NotEmpty(t, lost, "node a died in the middle of the storm")
+
+			rows, n := staffRows(t, pool)
+			require.Equal(t, 20, n, "one row per address")
+			require.Len(t, rows, 20)
+			for _, up := range ups[:20] {
+				id, ok := rows[up.base]
+				require.True(t, ok, "no member for %s", up.base)
+				if want, ok := created[up.base]; ok {
+					require.Equal(t, want, id, "the member of %s is the one a 201 answered", up.base)
+				} else {
+					// Node a committed it and died before answering: the
+					// request sent again was already_taken.
+					require.True(t, lost[up.base][id], "the member of %s (%s) comes from a request node a did not answer", up.base, id)
+				}
+			}
+
+			b.requireCleanExit(t)
+			require.NotContains(t, b.out.String(), backstopLog)
+		})
+	}
+}
