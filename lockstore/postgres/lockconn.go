@@ -124,7 +124,7 @@ var errStaleLock = errors.New("postgres: lock ended with its connection")
 
 func (c *lockConn) unavailableLocked() error {
 	if c.lastErr != nil {
-		return fmt.Errorf("postgres: lock connection %d is down (%v): %w", c.index, c.lastErr, lockstore.ErrUnavailable)
+		return fmt.Errorf("postgres: lock connection %d is down (%w): %w", c.index, c.lastErr, lockstore.ErrUnavailable)
 	}
 	return fmt.Errorf("postgres: lock connection %d is down: %w", c.index, lockstore.ErrUnavailable)
 }

@@ -98,7 +98,7 @@ func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock,
 		return nil, err
 	}
 	if !s.queue.tryTake(id) {
-		return nil, fmt.Errorf("%w: %s (held on this node)", lockstore.ErrLocked, key)
+		return nil, fmt.Errorf("%w: %s (held or being taken on this node)", lockstore.ErrLocked, key)
 	}
 	l, err := s.attempt(ctx, s.connFor(id), key, id)
 	if err != nil {
