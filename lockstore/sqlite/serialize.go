@@ -257,9 +257,16 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 		case <-done:
 		}
 	}()
-	v, err := fn(fctx, s.db)
-	close(done)
-	<-watched
+	var v T
+	func() {
+		// Deferred, so that a panicking fn stops the watcher too: Release
+		// never closes Lost, and the watcher would wait for ever.
+		defer func() {
+			close(done)
+			<-watched
+		}()
+		v, err = fn(fctx, s.db)
+	}()
 	if errors.Is(context.Cause(fctx), lockstore.ErrLockLost) {
 		return zero, errors.Join(lostErr, err)
 	}

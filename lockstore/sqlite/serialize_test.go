@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
@@ -492,4 +493,21 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, lockstore.ErrClosed)
 	_, err = s.TryLock(ctx, key("k"))
 	require.ErrorIs(t, err, lockstore.ErrClosed)
+}
+
+// Not parallel: it checks that no goroutine outlives the call, which other
+// tests running beside it would blur.
+func TestExclusivePanicLeavesNoGoroutine(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := counterStore(t)
+	ignore := goleak.IgnoreCurrent()
+	require.PanicsWithValue(t, "kaput", func() {
+		_, _ = sqlite.Exclusive(ctx, s, key("xp"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+			panic("kaput")
+		})
+	})
+	goleak.VerifyNone(t, ignore)
+	l, err := s.TryLock(ctx, key("xp"))
+	require.NoError(t, err, "the lock outlived the panic")
+	require.NoError(t, l.Release(ctx))
 }
