@@ -48,6 +48,8 @@ type Bus struct {
 	replyLoop  sync.WaitGroup
 	cancelRepl context.CancelFunc // ends the reply subscription
 
+	closed chan struct{} // closed when Close has finished
+
 	waiters waiters
 	topics  sync.Map // command name → topic
 }
@@ -74,6 +76,7 @@ func New(cfg Config) (*Bus, error) {
 		handlers:   make(map[string]*entry),
 		workers:    newWorkers(cfg.HandlerConcurrency),
 		stopLoops:  make(chan struct{}),
+		closed:     make(chan struct{}),
 	}
 	b.waiters.m = make(map[string]chan reply)
 	b.runCtx, b.cancelRuns = context.WithCancel(context.Background())
@@ -169,12 +172,13 @@ func (b *Bus) Run(ctx context.Context) error {
 // stop taking messages; running handlers finish, reply and ack (after
 // CloseTimeout their context is cancelled, and Close waits for them to
 // return); the subscriptions end; a Dispatch still waiting gets ErrClosed.
-// Close is idempotent; it does not close the Publisher and Subscriber the
-// bus was given.
+// Close is idempotent, and a Close that finds another one under way waits
+// for it; it does not close the Publisher and Subscriber the bus was given.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	if b.state == stateClosed {
 		b.mu.Unlock()
+		<-b.closed
 		return nil
 	}
 	wasRunning := b.state == stateRunning
@@ -194,6 +198,7 @@ func (b *Bus) Close() error {
 	b.workers.close()
 	b.cancelRuns()
 	b.waiters.failAll(ErrClosed)
+	close(b.closed)
 	return nil
 }
 

@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,4 +219,37 @@ func TestHandlerConcurrencyBound(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, got)
 	require.Len(t, started, 1, "only commands 1, 2 and 5 ran")
+}
+
+// A Close that finds another Close under way waits for it: when it
+// returns, every handler has returned.
+func TestConcurrentCloseWaits(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := m.cfg(t)
+			cfg.CloseTimeout = time.Second
+			started := make(chan struct{})
+			var returned atomic.Bool
+			b := startBus(t, cfg, func(b *bus.Bus) {
+				require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *Block) (int, error) {
+					close(started)
+					<-ctx.Done() // cancelled by Close after CloseTimeout
+					returned.Store(true)
+					return 0, nil
+				}))
+			})
+			require.NoError(t, b.Send(context.Background(), &Block{}))
+			<-started
+			first := make(chan error, 1)
+			go func() { first <- b.Close() }()
+			eventually(t, func() bool {
+				return errors.Is(b.Send(context.Background(), &Block{}), bus.ErrClosed)
+			}, "the first Close to begin")
+			require.NoError(t, b.Close())
+			require.True(t, returned.Load(), "the second Close returned before the handler")
+			require.NoError(t, <-first)
+		})
+	}
 }
