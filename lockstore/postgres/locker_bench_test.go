@@ -55,6 +55,7 @@ func BenchmarkTryLockRelease(b *testing.B) {
 			}
 			return l.Release(ctx)
 		})
+		reportBatching(b, s)
 	})
 	b.Run("baseline_pool8", func(b *testing.B) {
 		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "bench-baseline"})
@@ -100,6 +101,8 @@ func BenchmarkTryLockReleaseSerial(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.StopTimer()
+	reportBatching(b, s)
 }
 
 // BenchmarkHotKeyHandoff hands one key back and forth between two nodes
@@ -140,3 +143,17 @@ func BenchmarkHotKeyHandoff(b *testing.B) {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// reportBatching reports the round trips per op and the requests each
+// round trip carried.
+func reportBatching(b *testing.B, s *Store) {
+	var trips, reqs int64
+	for _, c := range s.conns {
+		trips += c.roundTrips.Load()
+		reqs += c.requests.Load()
+	}
+	if trips > 0 {
+		b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/op")
+		b.ReportMetric(float64(reqs)/float64(trips), "requests/roundtrip")
+	}
+}
