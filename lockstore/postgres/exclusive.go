@@ -51,7 +51,7 @@ import (
 // Inside an open transaction carried by ctx (see Serialize and WithTx),
 // Exclusive is Serialize: it takes key's lock on that transaction and fn
 // gets the transaction's connection. Inside an Exclusive on the same store
-// and key, it runs fn at once on the same connection.
+// and key, however deep, it runs fn at once on that call's connection.
 func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) (T, error)) (T, error) {
 	var zero T
 	id, err := s.precheck("Exclusive", key, fn == nil)
@@ -63,7 +63,7 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 			return fn(ctx, tx.Conn())
 		})
 	}
-	if xs := exclusiveScopeFor(ctx, s); xs != nil && xs.id == id {
+	if xs := exclusiveHolding(ctx, s, id); xs != nil {
 		return fn(ctx, xs.conn)
 	}
 

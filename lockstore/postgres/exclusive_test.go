@@ -244,6 +244,37 @@ func TestExclusiveNesting(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"effect one", "after one", "effect two", "after two"}, order)
 	})
+
+	t.Run("an enclosing Exclusive's key, under another Exclusive", func(t *testing.T) {
+		// Exclusive(k1) { Exclusive(k2) { Serialize(k1); Exclusive(k1) } }:
+		// k1 is this call chain's already, on the outer connection. Waiting
+		// for k1's node-local mutex, or for its lock from k2's connection,
+		// would wait for ever on the outer call.
+		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := Exclusive(nctx, s, k1, func(ctx context.Context, outer *pgx.Conn) (int, error) {
+			return Exclusive(ctx, s, k2, func(ctx context.Context, inner *pgx.Conn) (int, error) {
+				require.NotSame(t, outer, inner)
+				_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+					require.Same(t, outer, tx.Conn(), "k1's transaction runs on the connection holding k1")
+					// Still under k2's Exclusive: k2 again runs on inner.
+					return Exclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+						require.Same(t, outer, conn, "inside a transaction Exclusive is Serialize")
+						return 0, nil
+					})
+				})
+				if err != nil {
+					return 0, err
+				}
+				return Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+					require.Same(t, outer, conn)
+					return 0, nil
+				})
+			})
+		})
+		require.NoError(t, err)
+		require.NoError(t, nctx.Err())
+	})
 }
 
 func TestExclusiveStoreClose(t *testing.T) {

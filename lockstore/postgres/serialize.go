@@ -52,7 +52,9 @@ import (
 // (once: the same key again costs nothing). The lock is released when the
 // outermost transaction ends. fn's error comes back as is; the outermost fn
 // decides whether the transaction commits. Inside a call of Exclusive on
-// this Store, the transaction runs on Exclusive's connection.
+// this Store, the transaction runs on Exclusive's connection (on the
+// connection of the enclosing call that holds key, when calls nest), and a
+// key that an enclosing Exclusive holds is never waited for again.
 //
 // # Effects
 //
@@ -87,7 +89,7 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 		return zero, err
 	}
 	if sc := txScopeFor(ctx, s); sc != nil {
-		if err := sc.lock(ctx, key, id); err != nil {
+		if err := sc.lock(ctx, s, key, id); err != nil {
 			return zero, err
 		}
 		return fn(ctx, sc.tx)
@@ -147,9 +149,15 @@ type serialTxn struct {
 // transaction holding id's lock. It returns the ctx fn runs with.
 func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (*serialTxn, context.Context, error) {
 	st := &serialTxn{s: s, key: key, id: id}
-	xs := exclusiveScopeFor(ctx, s)
+	// Inside Exclusive calls, the transaction runs on the connection of the
+	// one that holds id, whose session makes the xact lock a formality and
+	// whose call holds id's node-local mutex already; else on the innermost
+	// one's.
+	xs := exclusiveHolding(ctx, s, id)
+	if xs == nil {
+		xs = exclusiveScopeFor(ctx, s)
+	}
 	if xs == nil || xs.id != id {
-		// Exclusive on this node already holds id's mutex when xs.id == id.
 		e, err := serialMutex.lock(ctx, s.ctx.Done(), serialKey{s, id})
 		if err != nil {
 			return nil, nil, fmt.Errorf("postgres: Serialize %q: waiting for this node's turn: %w", key, err)
@@ -263,12 +271,20 @@ func (s *Store) cleanupContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.cfg.Timeout)
 }
 
-// lock takes id's lock on the scope's transaction unless it holds it.
-func (sc *txScope) lock(ctx context.Context, key lockstore.Key, id LockID) error {
+// lock takes id's lock on the scope's transaction unless it holds it, or
+// an Exclusive call of s that ctx runs in holds it.
+func (sc *txScope) lock(ctx context.Context, s *Store, key lockstore.Key, id LockID) error {
 	if sc.tx == nil {
 		return fmt.Errorf("postgres: Serialize %q: WithTx was given a nil transaction", key)
 	}
 	if sc.holds(id) {
+		return nil
+	}
+	if exclusiveHolding(ctx, s, id) != nil {
+		// An enclosing Exclusive's session holds id, maybe on another
+		// connection than the transaction's: the call chain has the key
+		// already, and waiting for it from this transaction would wait for
+		// that call for ever.
 		return nil
 	}
 	timeout, bounded := lockTimeout(ctx)

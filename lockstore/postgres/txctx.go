@@ -89,25 +89,46 @@ func WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects
 }
 
 // exclusiveScope is the session lock an Exclusive call holds, carried by
-// the ctx its fn gets.
+// the ctx its fn gets. Calls of Exclusive nest: parent is the enclosing one.
 type exclusiveScope struct {
-	store *Store
-	id    LockID
-	conn  *pgx.Conn
-	mu    sync.Mutex // one Serialize at a time on conn
+	store  *Store
+	id     LockID
+	conn   *pgx.Conn
+	parent *exclusiveScope // the enclosing Exclusive call (any store), or nil
+	mu     sync.Mutex      // one Serialize at a time on conn
 }
 
 type exclusiveScopeKey struct{}
 
-// exclusiveScopeFor returns the Exclusive call of s that ctx runs in, or nil.
+// exclusiveScopeFor returns the innermost Exclusive call of s that ctx runs
+// in, or nil.
 func exclusiveScopeFor(ctx context.Context, s *Store) *exclusiveScope {
 	sc, _ := ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
-	if sc == nil || sc.store != s {
-		return nil
+	for ; sc != nil; sc = sc.parent {
+		if sc.store == s {
+			return sc
+		}
 	}
-	return sc
+	return nil
 }
 
+// exclusiveHolding returns the Exclusive call of s on id that ctx runs in,
+// however deep, or nil. Its session holds id for the whole call chain:
+// waiting for id again, on the node-local mutex or from another
+// connection, would wait for that call, which waits for ctx's.
+func exclusiveHolding(ctx context.Context, s *Store, id LockID) *exclusiveScope {
+	sc, _ := ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
+	for ; sc != nil; sc = sc.parent {
+		if sc.store == s && sc.id == id {
+			return sc
+		}
+	}
+	return nil
+}
+
+// withExclusiveScope returns a ctx carrying sc, inside the Exclusive call
+// ctx carries, if any.
 func withExclusiveScope(ctx context.Context, sc *exclusiveScope) context.Context {
+	sc.parent, _ = ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
 	return context.WithValue(ctx, exclusiveScopeKey{}, sc)
 }
