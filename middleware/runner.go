@@ -69,8 +69,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 //   - after a successful handler, AfterDispatch hooks run; after a failure,
 //     a panic or a halt, AfterFailure hooks run; either runs in reverse
 //     order, once, only for middleware whose BeforeDispatch started, even
-//     when a hook panics, with a context that ctx's cancellation does not
-//     reach and that ends after the release timeout;
+//     when a hook panics or a call ends the goroutine with runtime.Goexit
+//     (then Run does not return), with a context that ctx's cancellation
+//     does not reach and that ends after the release timeout;
 //   - a panic in a hook or the handler is recovered as a *PanicError and
 //     becomes the command's error, unless an earlier error is recorded.
 //
@@ -88,9 +89,13 @@ func (r *Runner) run(ctx context.Context, p *Pipeline, h HandlerFunc, final func
 	if p.ctx == nil {
 		p.ctx = ctx
 	}
-	started := 0
+	a := &afterRun{r: r, ctx: ctx, p: p, final: final}
+	// A hook, the handler or final that calls runtime.Goexit (t.FailNow in
+	// a test handler) ends the goroutine without a panic to recover: the
+	// after hooks still run, once each, as the goroutine unwinds.
+	defer a.goexit()
 	for _, m := range r.mws {
-		started++
+		a.started++
 		if perr := guard("BeforeDispatch", func() { m.BeforeDispatch(ctx, p) }); perr != nil {
 			p.fail(perr)
 			break
@@ -103,26 +108,69 @@ func (r *Runner) run(ctx context.Context, p *Pipeline, h HandlerFunc, final func
 	if p.err == nil && !p.halted {
 		r.handle(ctx, p, h)
 	}
+	a.finish()
+	return p.response, p.err
+}
 
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.releaseTimeout)
-	defer cancel()
-	failed := p.err != nil || p.halted
-	for i := started - 1; i >= 0; i-- {
-		m := r.mws[i]
+// errGoexit is the command's error when runtime.Goexit ended its run.
+var errGoexit = errors.New("middleware: runtime.Goexit called during the run")
+
+// afterRun runs the after hooks of one run and final, each once, resuming
+// where it stopped when a call ends the goroutine with runtime.Goexit.
+type afterRun struct {
+	r       *Runner
+	ctx     context.Context
+	p       *Pipeline
+	final   func(ctx context.Context)
+	started int // middleware whose BeforeDispatch started
+
+	begun       bool // the after hooks have begun
+	failed      bool
+	next        int // the next after hook to run, counted down
+	actx        context.Context
+	cancel      context.CancelFunc
+	finalCalled bool // final was called
+	complete    bool // finish returned
+}
+
+// finish runs the after hooks in reverse order, then final.
+func (a *afterRun) finish() {
+	if !a.begun {
+		a.begun = true
+		a.actx, a.cancel = context.WithTimeout(context.WithoutCancel(a.ctx), a.r.releaseTimeout)
+		a.failed = a.p.err != nil || a.p.halted
+		a.next = a.started - 1
+	}
+	for a.next >= 0 {
+		m := a.r.mws[a.next]
+		a.next--
 		var perr error
-		if failed {
-			perr = guard("AfterFailure", func() { m.AfterFailure(actx, p) })
+		if a.failed {
+			perr = guard("AfterFailure", func() { m.AfterFailure(a.actx, a.p) })
 		} else {
-			perr = guard("AfterDispatch", func() { m.AfterDispatch(actx, p) })
+			perr = guard("AfterDispatch", func() { m.AfterDispatch(a.actx, a.p) })
 		}
 		if perr != nil {
-			p.fail(perr)
+			a.p.fail(perr)
 		}
 	}
-	if final != nil {
-		final(withPipeline(actx, p))
+	if !a.finalCalled {
+		a.finalCalled = true
+		if a.final != nil {
+			a.final(withPipeline(a.actx, a.p))
+		}
 	}
-	return p.response, p.err
+	a.cancel()
+	a.complete = true
+}
+
+// goexit finishes the run when runtime.Goexit cut it short.
+func (a *afterRun) goexit() {
+	if a.complete {
+		return
+	}
+	a.p.fail(errGoexit)
+	a.finish()
 }
 
 // handle runs h unless ctx or the handler's context is done.

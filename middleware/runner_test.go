@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -427,4 +428,56 @@ func TestRunnerConcurrent(t *testing.T) {
 	require.Equal(t, before.Load(), after.Load())
 	require.Equal(t, 3*(total-halted.Load())+halted.Load(), before.Load(), "a halt in the first middleware stops the other two")
 	require.Positive(t, halted.Load())
+}
+
+// runtime.Goexit (t.FailNow in a handler, say) ends the run's goroutine
+// with nothing to recover: the after hooks still run, once each, with a
+// live context, and the command fails.
+func TestRunnerGoexit(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name       string
+		exitAt     string // the hook or "handler" that calls runtime.Goexit
+		wantEvents []string
+	}{
+		{"in the handler", "handler", []string{"m1.before", "m2.before", "m3.before", "handler", "m3.afterFailure", "m2.afterFailure", "m1.afterFailure"}},
+		{"in a before hook", "m2.before", []string{"m1.before", "m2.before", "m2.afterFailure", "m1.afterFailure"}},
+		{"in an after hook", "m2.afterDispatch", []string{"m1.before", "m2.before", "m3.before", "handler", "m3.afterDispatch", "m2.afterDispatch", "m1.afterDispatch"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			var afterCtxErr atomic.Value
+			hooks := map[string]hookFunc{tt.exitAt: func(context.Context, *middleware.Pipeline, *recorder) { runtime.Goexit() }}
+			for _, h := range []string{"m1.afterFailure", "m1.afterDispatch"} {
+				if h != tt.exitAt {
+					hooks[h] = func(ctx context.Context, p *middleware.Pipeline, _ *recorder) {
+						afterCtxErr.Store(fmt.Sprint(ctx.Err(), p.Err()))
+					}
+				}
+			}
+			mws := make([]middleware.Middleware, 3)
+			for i := range mws {
+				mws[i] = &recMW{name: fmt.Sprintf("m%d", i+1), rec: rec, hooks: hooks}
+			}
+			r, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: mws})
+			require.NoError(t, err)
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				_, _ = r.Run(context.Background(), middleware.NewPipeline(context.Background(), nil),
+					func(context.Context, *middleware.Pipeline) (any, error) {
+						rec.add("handler")
+						if tt.exitAt == "handler" {
+							runtime.Goexit()
+						}
+						return nil, nil
+					})
+				rec.add("returned")
+			}()
+			<-ended
+			require.Equal(t, tt.wantEvents, rec.list(), "after hooks once each, and Run never returns")
+			require.Equal(t, "<nil> middleware: runtime.Goexit called during the run", afterCtxErr.Load())
+		})
+	}
 }
