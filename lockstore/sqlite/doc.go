@@ -7,8 +7,9 @@
 // A Store hands out in-process locks (the engine of lockstore.Memory):
 // SQLite runs in one process, so the locks need no database round trip.
 // New takes an exclusive flock on "<database file>.claimbus.lock" and holds
-// it until Close, so that a second Store on the same file, in this process
-// or another, fails to start (ErrFileLocked) instead of granting the same
+// it until Close and the end of the last Serialize or Exclusive call, so
+// that a second Store on the same file, in this process or another, fails
+// to start (ErrFileLocked) instead of granting the same
 // keys twice. New also checks that the *sql.DB begins its transactions
 // IMMEDIATE and has a busy timeout; DSN builds a connection string that
 // does:

@@ -61,6 +61,7 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err := s.precheck("Serialize", key, fn == nil); err != nil {
 		return zero, err
 	}
+	defer s.exit()
 	if sc := txScopeFor(ctx, s); sc != nil {
 		return fn(ctx, sc.tx)
 	}
@@ -82,7 +83,8 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	return v, nil
 }
 
-// precheck validates the arguments of Serialize and Exclusive.
+// precheck validates the arguments of Serialize and Exclusive and counts
+// the call in (Store.enter): on success the caller must call s.exit.
 func (s *Store) precheck(op string, key lockstore.Key, nilFn bool) error {
 	switch {
 	case s == nil:
@@ -93,7 +95,7 @@ func (s *Store) precheck(op string, key lockstore.Key, nilFn bool) error {
 	if err := key.Validate(); err != nil {
 		return fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	if err := s.checkOpen(); err != nil {
+	if err := s.enter(); err != nil {
 		return fmt.Errorf("sqlite: %s %q: %w", op, key, err)
 	}
 	return nil
@@ -232,6 +234,7 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err := s.precheck("Exclusive", key, fn == nil); err != nil {
 		return zero, err
 	}
+	defer s.exit()
 	if sc := txScopeFor(ctx, s); sc != nil {
 		return fn(ctx, sc.tx)
 	}

@@ -21,10 +21,11 @@ import (
 // through a Store, and Serialize and Exclusive around it.
 //
 // It holds an exclusive flock on the database file's lock file (the path
-// with LockFileSuffix) from New to Close, so a second Store on the same
-// file, in this process or another, fails to start with ErrFileLocked
-// instead of handing out the same keys twice. The lock file is left in
-// place at Close: removing it would race with a process opening it.
+// with LockFileSuffix) from New until Close and the end of the last
+// Serialize or Exclusive call, so a second Store on the same file, in this
+// process or another, fails to start with ErrFileLocked instead of handing
+// out the same keys twice. The lock file is left in place at Close:
+// removing it would race with a process opening it.
 type Store struct {
 	db   *sql.DB
 	mem  *lockstore.Memory
@@ -36,6 +37,11 @@ type Store struct {
 	// the runtime, rather than polling in SQLite's busy handler.
 	gate chan struct{}
 
+	// mu guards inflight, the Serialize and Exclusive calls running now,
+	// and the moment closed is set: the last call to end after Close
+	// releases the file lock.
+	mu        sync.Mutex
+	inflight  int
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -175,20 +181,45 @@ func (s *Store) Reset(ctx context.Context) error { return s.mem.Reset(ctx) }
 func (s *Store) CompareKeys(a, b lockstore.Key) int { return s.mem.CompareKeys(a, b) }
 
 // Close ends every lock (closing its Lost channel), fails every waiter with
-// lockstore.ErrClosed and releases the file lock. A Serialize whose lock it
-// ends rolls back. It leaves the *sql.DB open. Close is idempotent.
+// lockstore.ErrClosed and releases the file lock: at once when no call of
+// Serialize or Exclusive runs, else when the last one ends (their fns,
+// told to stop, may still be writing; another store on the file must not
+// start before). A Serialize whose lock it ends rolls back. It does not
+// wait, and it leaves the *sql.DB open. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
 		s.closed.Store(true)
-		s.closeErr = errors.Join(s.mem.Close(), s.lock.Close())
+		busy := s.inflight > 0
+		s.mu.Unlock()
+		s.closeErr = s.mem.Close()
+		if !busy {
+			s.closeErr = errors.Join(s.closeErr, s.lock.Close())
+		}
 	})
 	return s.closeErr
 }
 
-// checkOpen fails with lockstore.ErrClosed once Close has begun.
-func (s *Store) checkOpen() error {
+// enter counts a call of Serialize or Exclusive in, or fails with
+// lockstore.ErrClosed once Close has begun. A nil error must be matched by
+// one call of exit.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return lockstore.ErrClosed
 	}
+	s.inflight++
 	return nil
+}
+
+// exit counts a call out; the last one out after Close releases the file
+// lock.
+func (s *Store) exit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if s.inflight == 0 && s.closed.Load() {
+		_ = s.lock.Close() // an unlocked descriptor: nothing to report to
+	}
 }

@@ -140,6 +140,52 @@ func TestFileLockInProcess(t *testing.T) {
 	newStore(t, other, sqlite.Config{})
 }
 
+// Close must not hand the file to another store while a call of this one
+// still runs: its fn, told to stop, may still be writing.
+func TestFileLockOutlivesRunningCalls(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	db, path := newDB(t)
+	s, err := sqlite.New(ctx, db, sqlite.Config{})
+	require.NoError(t, err)
+	other := openDB(t, testDSN(path, time.Second))
+
+	for _, op := range []string{"Exclusive", "Serialize"} {
+		t.Run(op, func(t *testing.T) {
+			if op == "Serialize" {
+				s, err = sqlite.New(ctx, db, sqlite.Config{})
+				require.NoError(t, err)
+			}
+			entered, release := make(chan struct{}), make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				work := func(ctx context.Context) error {
+					close(entered)
+					<-release
+					return nil
+				}
+				var err error
+				if op == "Exclusive" {
+					_, err = sqlite.Exclusive(ctx, s, key("f"), func(ctx context.Context, _ sqlite.Querier) (int, error) { return 0, work(ctx) })
+				} else {
+					_, err = sqlite.Serialize(ctx, s, key("f"), func(ctx context.Context, _ *sql.Tx) (int, error) { return 0, work(ctx) })
+				}
+				done <- err
+			}()
+			<-entered
+			require.NoError(t, s.Close())
+			_, err := sqlite.New(ctx, other, sqlite.Config{})
+			require.ErrorIs(t, err, sqlite.ErrFileLocked, "the file lock was released while %s ran", op)
+			close(release)
+			require.ErrorIs(t, <-done, lockstore.ErrLockLost)
+			// The last call out released it.
+			s2, err := sqlite.New(ctx, other, sqlite.Config{})
+			require.NoError(t, err)
+			require.NoError(t, s2.Close())
+		})
+	}
+}
+
 const helperEnv = "CLAIMBUS_SQLITE_HELPER_DB"
 
 // helperProcess opens a store on the database at path, says "ready" (or
