@@ -135,12 +135,21 @@ func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string
 	}
 	job := func() {
 		defer b.inflight.Done()
-		r, poison := b.process(msg)
-		if done != nil {
-			done(r)
-			return
-		}
-		b.dropped(msg, r, poison)
+		var r reply
+		var poison string
+		processed := false
+		defer func() { // deferred: a handler may end the goroutine (runtime.Goexit)
+			if !processed {
+				r = goexitReply(msg)
+			}
+			if done != nil {
+				done(r)
+				return
+			}
+			b.dropped(msg, r, poison)
+		}()
+		r, poison = b.process(msg)
+		processed = true
 	}
 	if !b.workers.submit(job, ctx.Done()) {
 		b.inflight.Done()
@@ -177,13 +186,30 @@ func (b *Bus) receiveCommands(ch <-chan *message.Message) {
 
 // handleMessage handles a command from a subscription, replies, then acks.
 func (b *Bus) handleMessage(msg *message.Message) {
-	r, poison := b.process(msg)
-	if replyTo := msg.Metadata.Get(MetadataReplyTo); replyTo != "" {
-		b.sendReply(msg, replyTo, r)
-	} else {
-		b.dropped(msg, r, poison)
-	}
-	msg.Ack()
+	var r reply
+	var poison string
+	processed := false
+	defer func() { // deferred: a handler may end the goroutine (runtime.Goexit)
+		if !processed {
+			r = goexitReply(msg)
+		}
+		if replyTo := msg.Metadata.Get(MetadataReplyTo); replyTo != "" {
+			b.sendReply(msg, replyTo, r)
+		} else {
+			b.dropped(msg, r, poison)
+		}
+		msg.Ack()
+	}()
+	r, poison = b.process(msg)
+	processed = true
+}
+
+// goexitReply is the reply of a command whose run ended its goroutine with
+// runtime.Goexit (t.FailNow in a handler, say): the sender gets an error
+// instead of waiting until its ctx ends.
+func goexitReply(msg *message.Message) reply {
+	return reply{errb: middleware.MarshalError(fmt.Errorf("bus: command %s (id %s) ended its goroutine with runtime.Goexit",
+		msg.Metadata.Get(middleware.MetadataCommandName), msg.UUID))}
 }
 
 // dropped deals with the outcome of a command nobody waits for: a poison

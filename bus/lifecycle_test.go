@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -250,6 +251,38 @@ func TestConcurrentCloseWaits(t *testing.T) {
 			require.NoError(t, b.Close())
 			require.True(t, returned.Load(), "the second Close returned before the handler")
 			require.NoError(t, <-first)
+		})
+	}
+}
+
+// A handler that ends its goroutine with runtime.Goexit (t.FailNow, say)
+// answers its sender with an error, acks, and frees its worker slot.
+func TestHandlerGoexit(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := m.cfg(t)
+			cfg.HandlerConcurrency = 1
+			b := startBus(t, cfg, func(b *bus.Bus) {
+				require.NoError(t, bus.Handle(b, func(context.Context, *Block) (int, error) {
+					runtime.Goexit()
+					return 0, nil
+				}))
+				require.NoError(t, bus.Handle(b, func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }))
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for range 3 {
+				_, err := bus.Dispatch[int](ctx, b, &Block{})
+				var remote *middleware.RemoteError
+				require.ErrorAs(t, err, &remote, "an answer, not a timeout: %v", err)
+				require.Contains(t, remote.Message, "runtime.Goexit")
+			}
+			got, err := bus.Dispatch[string](ctx, b, &Echo{Text: "still serving"})
+			require.NoError(t, err)
+			require.Equal(t, "still serving", got)
+			require.Zero(t, b.Pending())
 		})
 	}
 }

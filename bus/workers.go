@@ -47,7 +47,13 @@ func (w *workers) submit(f func(), cancel <-chan struct{}) bool {
 }
 
 func (w *workers) run(f func()) {
-	defer w.wg.Done()
+	defer func() {
+		// Also when f ends the goroutine (runtime.Goexit): the slot is free.
+		w.mu.Lock()
+		w.n--
+		w.mu.Unlock()
+		w.wg.Done()
+	}()
 	for {
 		f()
 		select {
