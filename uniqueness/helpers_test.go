@@ -80,10 +80,13 @@ func (m *memTable) count(context.Context) (int, error) {
 // emailRule is the rule of the seed: CreateStaff's email is unique in
 // scope staff.email, looked up in table, with its own earlier success
 // recognised by the staff id.
-func emailRule(table staffTable) uniqueness.Rule {
+func emailRule(table staffTable) uniqueness.Rule { return emailRuleWith(table, table.taken) }
+
+// emailRuleWith is emailRule with lookup as the lookup.
+func emailRuleWith(table staffTable, lookup uniqueness.LookupFunc) uniqueness.Rule {
 	return uniqueness.Field("email", "staff.email",
 		func(c *commands.CreateStaff) string { return c.Email },
-		table.taken,
+		lookup,
 		uniqueness.Normalize(uniqueness.NormalizeEmail),
 		uniqueness.AlreadyDone(func(ctx context.Context, c *commands.CreateStaff, email string) (bool, error) {
 			id, err := table.owner(ctx, email)

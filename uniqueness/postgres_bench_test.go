@@ -30,7 +30,9 @@ const pgBenchConns = 16
 //   - runner: CreateStaff run through a middleware.Runner with the
 //     Uniqueness middleware on the PostgreSQL store, whose lookup reads the
 //     staff table and whose handler inserts into it;
-//   - bus: the same, sent with Dispatch on an in-process bus.
+//   - bus: the same, sent with Dispatch on an in-process bus;
+//   - runner-batched, bus-batched: the same with the lookups batched
+//     (Batched, one SELECT ... WHERE email = ANY($1) per batch).
 //
 // Compare the ops/s metrics.
 func BenchmarkPostgresStorm(b *testing.B) {
@@ -55,50 +57,58 @@ func BenchmarkPostgresStorm(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	})
 
-	b.Run("runner", func(b *testing.B) {
-		store := newPGStore(b, pool)
-		h := &staffHandler{table: table}
-		mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-		runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw}})
-		require.NoError(b, err)
-		handle := func(ctx context.Context, p *middleware.Pipeline) (any, error) {
-			return h.handle(ctx, p.Command.(*commands.CreateStaff))
+	for _, batched := range []bool{false, true} {
+		suffix := ""
+		lookup := table.taken
+		if batched {
+			suffix = "-batched"
+			lookup = uniqueness.Batched(table.takenBatch)
 		}
-		b.ResetTimer()
-		b.SetParallelism(parallelism())
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				e := email()
-				cmd := &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}
-				if _, err := runner.Run(ctx, middleware.NewPipeline(ctx, cmd), handle); err != nil {
-					b.Error(err)
-					return
-				}
+		b.Run("runner"+suffix, func(b *testing.B) {
+			store := newPGStore(b, pool)
+			h := &staffHandler{table: table}
+			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRuleWith(table, lookup)}})
+			runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw}})
+			require.NoError(b, err)
+			handle := func(ctx context.Context, p *middleware.Pipeline) (any, error) {
+				return h.handle(ctx, p.Command.(*commands.CreateStaff))
 			}
+			b.ResetTimer()
+			b.SetParallelism(parallelism())
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					e := email()
+					cmd := &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}
+					if _, err := runner.Run(ctx, middleware.NewPipeline(ctx, cmd), handle); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+			require.Zero(b, h.duplicates.Load())
 		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-		require.Zero(b, h.duplicates.Load())
-	})
 
-	b.Run("bus", func(b *testing.B) {
-		store := newPGStore(b, pool)
-		h := &staffHandler{table: table}
-		mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-		bb := newBus(b, bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: pgBenchSenders}, h)
-		b.ResetTimer()
-		b.SetParallelism(parallelism())
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				e := email()
-				if _, err := bus.Dispatch[string](ctx, bb, &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}); err != nil {
-					b.Error(err)
-					return
+		b.Run("bus"+suffix, func(b *testing.B) {
+			store := newPGStore(b, pool)
+			h := &staffHandler{table: table}
+			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRuleWith(table, lookup)}})
+			bb := newBus(b, bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: pgBenchSenders}, h)
+			b.ResetTimer()
+			b.SetParallelism(parallelism())
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					e := email()
+					if _, err := bus.Dispatch[string](ctx, bb, &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}); err != nil {
+						b.Error(err)
+						return
+					}
 				}
-			}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+			require.Zero(b, h.duplicates.Load())
 		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-		require.Zero(b, h.duplicates.Load())
-	})
+	}
 }
 
 // parallelism returns what makes RunParallel start pgBenchSenders

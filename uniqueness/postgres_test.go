@@ -3,6 +3,7 @@ package uniqueness_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,23 @@ func (s *pgTable) taken(ctx context.Context, email string) (bool, error) {
 	var ok bool
 	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM staff WHERE email = $1)", email).Scan(&ok)
 	return ok, err
+}
+
+// takenBatch is the batch lookup: one query for many emails.
+func (s *pgTable) takenBatch(ctx context.Context, emails []string) ([]bool, error) {
+	rows, err := s.pool.Query(ctx, "SELECT email FROM staff WHERE email = ANY($1)", emails)
+	if err != nil {
+		return nil, err
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	taken := make([]bool, len(emails))
+	for i, e := range emails {
+		taken[i] = slices.Contains(found, e)
+	}
+	return taken, nil
 }
 
 func (s *pgTable) owner(ctx context.Context, email string) (string, error) {
@@ -100,7 +118,8 @@ func TestStormOnPostgres(t *testing.T) {
 
 // The storm across two nodes: two buses, each with its own pool and
 // PostgreSQL store on one database, sharing the staff table. Only the
-// database's advisory locks keep the nodes apart.
+// database's advisory locks keep the nodes apart. Node b batches its
+// lookups (Batched).
 func TestStormAcrossTwoNodesOnPostgres(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
@@ -116,7 +135,11 @@ func TestStormAcrossTwoNodesOnPostgres(t *testing.T) {
 		nodeTable := &pgTable{pool: pool}
 		store := newPGStore(t, pool)
 		h := &staffHandler{table: nodeTable}
-		mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(nodeTable)}})
+		lookup := nodeTable.taken
+		if i == 1 {
+			lookup = uniqueness.Batched(nodeTable.takenBatch)
+		}
+		mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRuleWith(nodeTable, lookup)}})
 		buses = append(buses, newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h))
 		handlers = append(handlers, h)
 		stores = append(stores, store)
