@@ -95,7 +95,8 @@
 // With nobody waiting in this process, Release skips the re-check: a
 // claimant that arrives afterwards runs its own lookup. So an uncontended
 // claim costs one lookup, and a storm of duplicates costs one lookup per
-// value and process plus one re-check per contended release.
+// value and process plus one re-check per contended release. Batched
+// makes concurrent lookups share one query.
 //
 // Claimants on other nodes are kept apart by the Locker (the PostgreSQL
 // store coordinates every node sharing a database) and run their own
