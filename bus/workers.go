@@ -47,18 +47,24 @@ func (w *workers) submit(f func(), cancel <-chan struct{}) bool {
 }
 
 func (w *workers) run(f func()) {
+	stopped := false
 	defer func() {
-		// Also when f ends the goroutine (runtime.Goexit): the slot is free.
-		w.mu.Lock()
-		w.n--
-		w.mu.Unlock()
+		if !stopped {
+			// f ended the goroutine (runtime.Goexit): a fresh worker takes
+			// its place, so that a submit waiting for a worker is served.
+			w.wg.Add(1)
+			go w.run(nil)
+		}
 		w.wg.Done()
 	}()
 	for {
-		f()
+		if f != nil {
+			f()
+		}
 		select {
 		case f = <-w.jobs:
 		case <-w.stop:
+			stopped = true
 			return
 		}
 	}
