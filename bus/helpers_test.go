@@ -145,6 +145,3 @@ func requireAckedOnce(t *testing.T, r *ackRecorder) {
 		t.Fatal("the command was never acked")
 	}
 }
-
-// waitABit yields while a benchmark waits for its handlers to catch up.
-func waitABit() { time.Sleep(50 * time.Microsecond) }
