@@ -49,8 +49,9 @@ import (
 // this Store, or the caller's own attached with WithTx), Serialize skips
 // the node-local mutex, which could deadlock a caller waiting for a key
 // while holding a transaction, and takes key's lock on that transaction
-// (once: the same key again costs nothing). The lock is released when the
-// outermost transaction ends. fn's error comes back as is; the outermost fn
+// (once: the same key again costs nothing), inside a savepoint, so that a
+// wait that fails (lock_timeout, ErrTimeout) leaves that transaction usable.
+// The lock is released when the outermost transaction ends. fn's error comes back as is; the outermost fn
 // decides whether the transaction commits. Inside a call of Exclusive on
 // this Store, the transaction runs on Exclusive's connection (on the
 // connection of the enclosing call that holds key, when calls nest), and a
@@ -289,7 +290,17 @@ func (sc *txScope) lock(ctx context.Context, s *Store, key lockstore.Key, id Loc
 	}
 	timeout, bounded := lockTimeout(ctx)
 	if _, err := sc.tx.Exec(ctx, nestedLockSQL(id, timeout, bounded)); err != nil {
-		return fmt.Errorf("postgres: Serialize %q: take the lock in the open transaction: %w", key, lockWaitError(ctx, err, bounded))
+		err = lockWaitError(ctx, err, bounded)
+		if conn := sc.tx.Conn(); conn != nil && !conn.IsClosed() {
+			// The wait failed on the server: undo it, so that the outer
+			// transaction stays usable (its fn decides what comes next).
+			rctx, cancel := s.cleanupContext()
+			if _, rbErr := conn.Exec(rctx, rollbackNestedLockSQL); rbErr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+			}
+			cancel()
+		}
+		return fmt.Errorf("postgres: Serialize %q: take the lock in the open transaction: %w", key, err)
 	}
 	sc.took(id)
 	return nil
@@ -372,22 +383,37 @@ func beginLocked(ctx context.Context, conn *pgx.Conn, id LockID, timeoutMS int64
 	return tx, nil
 }
 
-// nestedLockSQL takes id's xact lock in an open transaction. Bounded, it
-// sets lock_timeout for this wait only: it saves the transaction's
+// nestedLockSavepoint guards a lock wait in an open transaction: a wait
+// that fails (lock_timeout, a cancel) rolls back to it instead of leaving
+// the transaction aborted.
+const nestedLockSavepoint = "claimbus_lock"
+
+// nestedLockSQL takes id's xact lock in an open transaction, inside the
+// savepoint nestedLockSavepoint, released at once when the lock is granted:
+// xact locks taken inside a released savepoint stay with the transaction.
+// Bounded, it sets lock_timeout for this wait only (SET LOCAL, which a
+// rollback to the savepoint undoes as well): it saves the transaction's
 // lock_timeout in a placeholder setting and restores it, all in one
 // message.
 func nestedLockSQL(id LockID, timeoutMS int64, bounded bool) string {
-	if !bounded {
-		return string(appendLockCall(make([]byte, 0, 64), "pg_advisory_xact_lock", id))
+	b := make([]byte, 0, 384)
+	b = append(b, "savepoint "+nestedLockSavepoint+"; "...)
+	if bounded {
+		b = append(b, "select set_config('claimbus.saved_lock_timeout', current_setting('lock_timeout'), true); set local lock_timeout = "...)
+		b = strconv.AppendInt(b, timeoutMS, 10)
+		b = append(b, "; "...)
 	}
-	b := make([]byte, 0, 320)
-	b = append(b, "select set_config('claimbus.saved_lock_timeout', current_setting('lock_timeout'), true); set local lock_timeout = "...)
-	b = strconv.AppendInt(b, timeoutMS, 10)
-	b = append(b, "; "...)
 	b = appendLockCall(b, "pg_advisory_xact_lock", id)
-	b = append(b, "; select set_config('lock_timeout', current_setting('claimbus.saved_lock_timeout'), true)"...)
+	if bounded {
+		b = append(b, "; select set_config('lock_timeout', current_setting('claimbus.saved_lock_timeout'), true)"...)
+	}
+	b = append(b, "; release savepoint "+nestedLockSavepoint...)
 	return string(b)
 }
+
+// rollbackNestedLockSQL undoes a failed nestedLockSQL: the transaction is
+// as it was before it.
+const rollbackNestedLockSQL = "rollback to savepoint " + nestedLockSavepoint + "; release savepoint " + nestedLockSavepoint
 
 // appendLockCall appends "select fn(namespace, id)".
 func appendLockCall(b []byte, fn string, id LockID) []byte {

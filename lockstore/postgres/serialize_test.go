@@ -312,6 +312,32 @@ func TestSerializeNesting(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("a nested lock_timeout leaves the outer transaction usable", func(t *testing.T) {
+		holder := serialAdmin(t, dsn)
+		_, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", id2.Namespace, id2.ID)
+		require.NoError(t, err)
+		defer func() {
+			_, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", id2.Namespace, id2.ID)
+			require.NoError(t, err)
+		}()
+		got, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (string, error) {
+			var before string
+			require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&before))
+			innerCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			_, err := Serialize(innerCtx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			require.ErrorIs(t, err, lockstore.ErrTimeout)
+			require.False(t, serialBackendHolds(ctx, t, admin, tx.Conn().PgConn().PID(), id2))
+			// The outer fn decides: it goes on, and its transaction with it.
+			var after string
+			require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&after), "the failed wait aborted the outer transaction")
+			require.Equal(t, before, after)
+			return after, nil
+		})
+		require.NoError(t, err)
+		require.NotEmpty(t, got)
+	})
+
 	t.Run("the caller's own transaction", func(t *testing.T) {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
