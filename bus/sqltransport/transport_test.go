@@ -428,6 +428,33 @@ func TestListenerReconnects(t *testing.T) {
 		got, err := bus.Dispatch[string](ctx, other.bus, &Echo{Text: "after"})
 		return err == nil && got == "after"
 	}, "a dispatch after the backends were terminated")
+	// Polling alone would pass the check above: node-a LISTENs again.
+	eventually(t, func() bool {
+		var n int
+		err := other.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'node-a' AND query = 'LISTEN `+sqltransport.NotifyChannel+`'`).Scan(&n)
+		return err == nil && n == 1
+	}, "node-a's LISTEN connection to be back")
+}
+
+// With notifications, a subscription wakes when a message commits, not at
+// its next poll: with an hour between polls, a Dispatch across two nodes
+// (a command, then a reply) still comes back.
+func TestNotifyWakesSubscriptions(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	cfg := sqltransport.Config{PollInterval: time.Hour}
+	newNode(t, dsn, "node-b", cfg, bus.Config{}, func(b *bus.Bus) {
+		require.NoError(t, bus.Handle(b, func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }))
+	})
+	a := newNode(t, dsn, "node-a", cfg, bus.Config{}, nil)
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		got, err := bus.Dispatch[string](ctx, a.bus, &Echo{Text: fmt.Sprint(i)})
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint(i), got)
+	}
 }
 
 func TestClosedTransport(t *testing.T) {
