@@ -226,11 +226,8 @@ func (b *Bus) waitInflight() {
 func (b *Bus) begin() error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	switch b.state {
-	case stateNew:
-		return ErrNotStarted
-	case stateClosed:
-		return ErrClosed
+	if err := b.stateErr(); err != nil {
+		return err
 	}
 	b.inflight.Add(1)
 	return nil
@@ -240,6 +237,11 @@ func (b *Bus) begin() error {
 func (b *Bus) errState() error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
+	return b.stateErr()
+}
+
+// stateErr is errState for a caller holding b.mu.
+func (b *Bus) stateErr() error {
 	switch b.state {
 	case stateNew:
 		return ErrNotStarted

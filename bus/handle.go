@@ -88,12 +88,8 @@ func (b *Bus) process(msg *message.Message) (r reply, poison string) {
 		return reply{errb: middleware.MarshalError(rej)}, rej.Message
 	}
 
-	p := middleware.NewPipeline(b.runCtx, cmd)
-	p.CommandName = name
-	p.CommandUUID = msg.UUID
-	p.CorrelationID = msg.Metadata.Get(middleware.MetadataCorrelationID)
-	p.CausationID = msg.Metadata.Get(middleware.MetadataCausationID)
-	p.Metadata = msg.Metadata
+	p := middleware.NewMessagePipeline(msg, cmd, name)
+	p.SetContext(b.runCtx) // the run's, not the message's
 	res, err := b.runner.Run(b.runCtx, p, e.call)
 	return encodeReply(name, res, err), ""
 }
