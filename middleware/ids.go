@@ -30,8 +30,10 @@ type idsValue struct {
 
 // IDs are the correlation and causation ids carried by a context.
 type IDs struct {
+	// CorrelationID is shared by every command of one business flow.
 	CorrelationID string
-	CausationID   string
+	// CausationID is the id of the command that caused this one.
+	CausationID string
 }
 
 // WithIDs returns a ctx carrying ids; commands sent with it inherit them.

@@ -24,9 +24,12 @@ type Middleware interface {
 // Hooks is a Middleware made of functions; a nil function is a no-op. It
 // suits small middleware that needs one hook or two.
 type Hooks struct {
-	Before       func(ctx context.Context, p *Pipeline)
+	// Before is the BeforeDispatch hook.
+	Before func(ctx context.Context, p *Pipeline)
+	// AfterSuccess is the AfterDispatch hook.
 	AfterSuccess func(ctx context.Context, p *Pipeline)
-	AfterFail    func(ctx context.Context, p *Pipeline)
+	// AfterFail is the AfterFailure hook.
+	AfterFail func(ctx context.Context, p *Pipeline)
 }
 
 // BeforeDispatch calls h.Before.

@@ -19,8 +19,11 @@ const (
 // errors.Is matches rejections by Code alone, so
 // errors.Is(err, ErrAlreadyTaken) holds for a rejection naming any field.
 type Rejection struct {
-	Code    string `json:"code"`
-	Field   string `json:"field,omitempty"`
+	// Code says why, such as CodeAlreadyTaken; errors.Is matches by it.
+	Code string `json:"code"`
+	// Field names the command field concerned, if any, such as "email".
+	Field string `json:"field,omitempty"`
+	// Message is for people.
 	Message string `json:"message,omitempty"`
 }
 

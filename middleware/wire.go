@@ -17,6 +17,7 @@ type wireError struct {
 // gets it back from a handler that may run on another node: its message
 // only, since error types do not cross a wire.
 type RemoteError struct {
+	// Message is the handler's error message (err.Error()).
 	Message string
 }
 
