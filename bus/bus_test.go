@@ -273,6 +273,7 @@ func TestSend(t *testing.T) {
 					return struct{}{}, errors.New("nobody hears this")
 				}))
 				require.NoError(t, bus.Handle(b, func(_ context.Context, c *Taken) (struct{}, error) {
+					t.Errorf("the handler of a halted command ran")
 					return struct{}{}, nil
 				}))
 			})
