@@ -3,7 +3,6 @@ package middleware
 import (
 	"cmp"
 	"context"
-	"errors"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -89,10 +88,4 @@ func (e *causedRejection) Unwrap() []error { return []error{e.Rejection, e.cause
 // adapter can run.
 func invalidMessage(err error) error {
 	return &causedRejection{Rejection: &Rejection{Code: CodeInvalid, Message: err.Error()}, cause: err}
-}
-
-// isRejection reports whether err holds a *Rejection.
-func isRejection(err error) bool {
-	var rej *Rejection
-	return errors.As(err, &rej)
 }

@@ -17,7 +17,6 @@ import (
 type cqrsEnv struct {
 	pubSub     message.Publisher
 	deliveries *deliveries
-	results    *results
 }
 
 // startCQRS runs handler in a processor on a new router; onHandle, when
