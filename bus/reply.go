@@ -63,7 +63,7 @@ func decodeReply[R any](r reply, id, name string) (R, error) {
 	if len(r.result) > 0 {
 		if err := json.Unmarshal(r.result, &res); err != nil {
 			var zero R
-			return zero, fmt.Errorf("%w: command %s (id %s): result into %T: %v", ErrUndecodableReply, name, id, res, err)
+			return zero, fmt.Errorf("%w: command %s (id %s): result into %T: %w", ErrUndecodableReply, name, id, res, err)
 		}
 	}
 	return res, nil

@@ -187,7 +187,7 @@ func (m *lockMiddleware) rejection(ctx context.Context, key lockstore.Key, err e
 	case errors.Is(err, lockstore.ErrInvalidKey):
 		return &Rejection{Code: CodeInvalid, Message: err.Error()}
 	case ctx.Err() != nil:
-		return nil
+		return nil //nolint:nilerr // the sender went away: no rejection, the runner skips the handler
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Rejection{Code: CodeTimeout, Message: fmt.Sprintf("%s still locked after %v", key, m.wait)}
 	case errors.Is(err, lockstore.ErrTimeout):

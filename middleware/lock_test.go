@@ -372,7 +372,7 @@ func TestLockConcurrent(t *testing.T) {
 						case errors.Is(err, middleware.ErrLocked):
 							locked.Add(1)
 						default:
-							errs <- fmt.Errorf("ran=%v err=%v", did, err)
+							errs <- fmt.Errorf("ran=%v err=%w", did, err)
 						}
 					}
 				})

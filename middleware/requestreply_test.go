@@ -264,9 +264,9 @@ func TestRequestReplyConcurrent(t *testing.T) {
 			case err != nil:
 				errs <- err
 			case i%2 == 0 && !errors.Is(reply.Error, middleware.ErrAlreadyTaken):
-				errs <- fmt.Errorf("sender %d: got %v, want already_taken", i, reply.Error)
+				errs <- fmt.Errorf("sender %d: got %w, want already_taken", i, reply.Error)
 			case i%2 == 1 && (reply.Error != nil || reply.HandlerResult.ID != "staff:"+email):
-				errs <- fmt.Errorf("sender %d: got %+v, %v", i, reply.HandlerResult, reply.Error)
+				errs <- fmt.Errorf("sender %d: got %+v, %w", i, reply.HandlerResult, reply.Error)
 			}
 		})
 	}
