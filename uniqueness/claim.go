@@ -95,7 +95,7 @@ type Claim struct {
 	st      *keyState
 	key     lockstore.Key
 	lock    lockstore.Lock
-	taken   func(context.Context) (bool, error)
+	taken   lookuper
 	done    atomic.Bool
 	// onLost, guarded by sh.mu, is called once, with an error matching
 	// ErrClaimLost, if the lock is lost before the claim is released (see
@@ -121,17 +121,28 @@ type Claim struct {
 // lookup must read what the holder of the claim writes, in a strongly
 // consistent store (see the package documentation).
 func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*Claim, error) {
-	return c.claim(ctx, key, taken, 0)
+	if taken == nil {
+		return nil, errNilLookup
+	}
+	return c.claim(ctx, key, lookupFunc(taken), 0)
 }
+
+// lookuper is a claim's lookup: a function, or a value that the
+// middleware has allocated anyway.
+type lookuper interface {
+	taken(ctx context.Context) (bool, error)
+}
+
+// lookupFunc is a lookup function as a lookuper.
+type lookupFunc func(context.Context) (bool, error)
+
+func (f lookupFunc) taken(ctx context.Context) (bool, error) { return f(ctx) }
 
 // claim is Claim with the wait for the key also bounded by wait, when it
 // is positive. The bound costs a timer only when the key is not free at
 // once.
-func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error), wait time.Duration) (*Claim, error) {
-	switch {
-	case taken == nil:
-		return nil, errNilLookup
-	case c == nil || c.locker == nil:
+func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, wait time.Duration) (*Claim, error) {
+	if c == nil || c.locker == nil {
 		return nil, errNilLocker
 	}
 	if err := ctx.Err(); err != nil {
@@ -305,13 +316,13 @@ func (st *keyState) settle() {
 }
 
 // lookup runs taken, turning a panic into a *middleware.PanicError.
-func lookup(ctx context.Context, taken func(context.Context) (bool, error)) (isTaken bool, err error) {
+func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &middleware.PanicError{Where: "lookup", Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return taken(ctx)
+	return taken.taken(ctx)
 }
 
 // Release gives the claim up. When claimants of this process are waiting

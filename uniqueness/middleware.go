@@ -22,11 +22,39 @@ const DefaultClaimTimeout = 15 * time.Second
 const AssignClaims = "uniqueness.claims"
 
 // held is what BeforeDispatch keeps under AssignClaims: the claims, and the
-// cancel function of the handler's context.
+// cancel function of the handler's context; with room for the targets and
+// lookups of a command with few unique fields, so that one allocation
+// serves them all.
 type held struct {
-	claims []*Claim
-	cancel context.CancelCauseFunc
-	buf    [2]*Claim
+	claims   []*Claim
+	cancel   context.CancelCauseFunc
+	claimBuf [2]*Claim
+	targets  [4]target
+	groupBuf [2]group
+}
+
+// group is the targets of one command that the store maps to one lock; it
+// is claimed once, and its lookup checks every value.
+type group struct {
+	targets []target
+	// hit is the rule whose lookup found its value taken or failed.
+	hit *Rule
+}
+
+// taken looks up every value of the group, stopping at the first taken.
+func (g *group) taken(ctx context.Context) (bool, error) {
+	for _, t := range g.targets {
+		taken, err := t.rule.taken(ctx, t.key.ID)
+		if err != nil {
+			g.hit = t.rule
+			return false, fmt.Errorf("field %s: %w", t.rule.field, err)
+		}
+		if taken {
+			g.hit = t.rule
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ReleaseErrorFunc is told about a claim whose release reported an error
@@ -167,59 +195,52 @@ type target struct {
 // The handler's context is cancelled, with ErrClaimLost as its cause, when
 // a claim is lost while the handler runs.
 func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
-	var buf [4]target
-	targets := buf[:0]
+	var h *held
+	var targets []target
 	for i := range m.rules {
 		r := &m.rules[i]
 		if v, ok := r.value(p.Command); ok && v != "" {
+			if h == nil {
+				h = &held{}
+				targets = h.targets[:0]
+			}
 			targets = append(targets, target{key: lockstore.Key{Namespace: r.scope, ID: v}, rule: r})
 		}
 	}
-	if len(targets) == 0 {
+	if h == nil {
 		return
 	}
 	if len(targets) > 1 {
 		slices.SortStableFunc(targets, func(a, b target) int { return m.compare(a.key, b.key) })
 	}
 
-	h := &held{}
-	claims := h.buf[:0]
+	groups := h.groupBuf[:]
+	if len(targets) > len(groups) {
+		groups = make([]group, len(targets))
+	}
+	claims := h.claimBuf[:0]
 	var start time.Time
 	if len(targets) > 1 {
 		start = time.Now() // ClaimTimeout bounds the waits of all the claims together
 	}
-	for i := 0; i < len(targets); {
+	for i, n := 0, 0; i < len(targets); n++ {
 		// Keys the store maps to one lock are claimed once, checking all
 		// their values.
 		j := i + 1
 		for j < len(targets) && m.compare(targets[i].key, targets[j].key) == 0 {
 			j++
 		}
-		group := targets[i:j:j]
+		g := &groups[n]
+		g.targets = targets[i:j:j]
 		wait := m.timeout
 		if i > 0 {
 			wait = max(m.timeout-time.Since(start), time.Nanosecond)
 		}
 		i = j
-		var hit *Rule
-		cl, err := m.claimer.claim(ctx, group[0].key, func(ctx context.Context) (bool, error) {
-			for _, t := range group {
-				taken, err := t.rule.taken(ctx, t.key.ID)
-				if err != nil {
-					hit = t.rule
-					return false, fmt.Errorf("field %s: %w", t.rule.field, err)
-				}
-				if taken {
-					hit = t.rule
-					return true, nil
-				}
-			}
-			return false, nil
-		}, wait)
+		cl, err := m.claimer.claim(ctx, g.targets[0].key, g, wait)
 		if err != nil {
 			m.releaseAll(ctx, claims, true)
-			field := cmp.Or(hit, group[0].rule).field
-			m.halt(ctx, p, targets, field, err)
+			m.halt(ctx, p, targets, cmp.Or(g.hit, g.targets[0].rule).field, err)
 			return
 		}
 		claims = append(claims, cl)
