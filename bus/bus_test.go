@@ -348,3 +348,32 @@ func TestIDsPropagate(t *testing.T) {
 		})
 	}
 }
+
+// Panicky's decoder panics on every payload.
+type Panicky struct{}
+
+func (*Panicky) UnmarshalJSON([]byte) error { panic("decoder boom") }
+
+// A command whose decoder panics is an invalid command, not the end of
+// the process.
+func TestDecoderPanic(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			b := startBus(t, m.cfg(t), func(b *bus.Bus) {
+				require.NoError(t, bus.Handle(b, func(context.Context, *Panicky) (int, error) {
+					t.Errorf("the handler of an undecodable command ran")
+					return 0, nil
+				}))
+				require.NoError(t, bus.Handle(b, func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }))
+			})
+			_, err := bus.Dispatch[int](context.Background(), b, &Panicky{})
+			require.ErrorIs(t, err, middleware.ErrInvalid)
+			require.ErrorContains(t, err, "decoder boom")
+			got, err := bus.Dispatch[string](context.Background(), b, &Echo{Text: "alive"})
+			require.NoError(t, err)
+			require.Equal(t, "alive", got)
+		})
+	}
+}

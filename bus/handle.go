@@ -83,7 +83,7 @@ func (b *Bus) process(msg *message.Message) (r reply, poison string) {
 		return reply{errb: middleware.MarshalError(rej)}, rej.Message
 	}
 	cmd := e.newCmd()
-	if err := b.cfg.Marshaler.Unmarshal(msg, cmd); err != nil {
+	if err := b.decode(msg, cmd); err != nil {
 		rej := middleware.Reject(middleware.CodeInvalid, "", "bus: undecodable command %s (message %s): %v", name, msg.UUID, err)
 		return reply{errb: middleware.MarshalError(rej)}, rej.Message
 	}
@@ -92,4 +92,15 @@ func (b *Bus) process(msg *message.Message) (r reply, poison string) {
 	p.SetContext(b.runCtx) // the run's, not the message's
 	res, err := b.runner.Run(b.runCtx, p, e.call)
 	return encodeReply(name, res, err), ""
+}
+
+// decode unmarshals msg into cmd. A command's decoder is user code, as a
+// handler is: its panic is an error, not the end of the process.
+func (b *Bus) decode(msg *message.Message, cmd any) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return b.cfg.Marshaler.Unmarshal(msg, cmd)
 }
