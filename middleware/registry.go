@@ -124,15 +124,27 @@ func (r *Registry) New(name string) (any, bool) {
 // Decode returns the name of the command msg carries and the command,
 // decoded into a fresh pointer of its registered type. It fails with
 // ErrUnknownCommand when the name is missing or not registered, and with
-// ErrUndecodable when the payload does not decode.
+// ErrUndecodable when the payload does not decode (or its decoder panics).
 func (r *Registry) Decode(msg *message.Message) (string, any, error) {
 	name := r.marshaler.NameFromMessage(msg)
 	cmd, ok := r.New(name)
 	if !ok {
 		return name, nil, fmt.Errorf("%w: %q (message %s)", ErrUnknownCommand, name, msg.UUID)
 	}
-	if err := r.marshaler.Unmarshal(msg, cmd); err != nil {
+	if err := r.unmarshal(msg, cmd); err != nil {
 		return name, nil, fmt.Errorf("%w: %s (message %s): %w", ErrUndecodable, name, msg.UUID, err)
 	}
 	return name, cmd, nil
+}
+
+// unmarshal decodes msg into cmd. A command's decoder is user code: its
+// panic is an error, so that the message is rejected as undecodable rather
+// than nacked by a Recoverer and redelivered forever.
+func (r *Registry) unmarshal(msg *message.Message, cmd any) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return r.marshaler.Unmarshal(msg, cmd)
 }

@@ -83,7 +83,24 @@ func TestRegistry(t *testing.T) {
 		require.ErrorContains(t, err, createStaffName)
 		require.ErrorContains(t, err, msg.UUID)
 	})
+	t.Run("a decoder that panics", func(t *testing.T) {
+		t.Parallel()
+		reg := middleware.NewRegistry(nil)
+		name, err := middleware.Register[panicky](reg)
+		require.NoError(t, err)
+		msg := message.NewMessage("m3", []byte("{}"))
+		msg.Metadata.Set("name", name)
+		_, cmd, err := reg.Decode(msg)
+		require.Nil(t, cmd)
+		require.ErrorIs(t, err, middleware.ErrUndecodable)
+		require.ErrorContains(t, err, "decoder boom")
+	})
 }
+
+// panicky's decoder panics on every payload.
+type panicky struct{}
+
+func (*panicky) UnmarshalJSON([]byte) error { panic("decoder boom") }
 
 func TestRegistryUsesTheMarshalersNames(t *testing.T) {
 	t.Parallel()
