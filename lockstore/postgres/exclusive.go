@@ -71,8 +71,10 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err != nil {
 		return zero, err
 	}
-	// On a panic in fn, end unlocks and closes before the panic goes on.
-	defer h.end()
+	// On a panic in fn, end unlocks and closes before the panic goes on
+	// (its error is dropped: the panic wins); after the call below it does
+	// nothing.
+	defer func() { _ = h.end() }()
 	v, err := fn(fctx, h.conn)
 	if endErr := h.end(); endErr != nil {
 		return v, errors.Join(err, endErr)
@@ -80,14 +82,14 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	return v, err
 }
 
-// exclusiveHold is one held session lock of Exclusive.
+// exclusiveHold is one held session lock of Exclusive. It holds id's turn
+// in s.serial from beginExclusive until end, which passes it on once.
 type exclusiveHold struct {
-	s     *Store
-	key   lockstore.Key
-	id    LockID
-	entry *keyedEntry
-	conn  *pgx.Conn
-	pid   uint32
+	s    *Store
+	key  lockstore.Key
+	id   LockID
+	conn *pgx.Conn
+	pid  uint32
 
 	cancel    context.CancelCauseFunc // cancels fn's ctx
 	stop      context.CancelFunc      // stops the watch
@@ -99,12 +101,11 @@ type exclusiveHold struct {
 // beginExclusive takes the node-local mutex and a dedicated connection,
 // waits for id's session lock on it and starts the watch.
 func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID) (*exclusiveHold, context.Context, error) {
-	entry, err := serialMutex.lock(ctx, s.ctx.Done(), serialKey{s, id})
-	if err != nil {
+	if err := s.serial.take(ctx, s.ctx.Done(), id); err != nil {
 		return nil, nil, fmt.Errorf("postgres: Exclusive %q: waiting for this node's turn: %w", key, err)
 	}
 	fail := func(err error) (*exclusiveHold, context.Context, error) {
-		serialMutex.unlock(serialKey{s, id}, entry)
+		s.serial.pass(id)
 		return nil, nil, fmt.Errorf("postgres: Exclusive %q: %w", key, err)
 	}
 	if err := s.checkOpen(); err != nil {
@@ -123,7 +124,7 @@ func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID
 		return fail(fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded)))
 	}
 
-	h := &exclusiveHold{s: s, key: key, id: id, entry: entry, conn: conn, pid: conn.PgConn().PID(), watchDone: make(chan struct{})}
+	h := &exclusiveHold{s: s, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), watchDone: make(chan struct{})}
 	fctx, cancel := context.WithCancelCause(ctx)
 	h.cancel = cancel
 	watchCtx, stop := context.WithCancel(context.Background())
@@ -210,7 +211,7 @@ func (h *exclusiveHold) end() error {
 	// The connection never goes back to a pool: closing it also frees the
 	// lock if the unlock did not.
 	_ = h.conn.Close(ctx)
-	serialMutex.unlock(serialKey{h.s, h.id}, h.entry)
+	h.s.serial.pass(h.id)
 	h.cancel(context.Canceled)
 
 	switch {

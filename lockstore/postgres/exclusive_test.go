@@ -295,8 +295,18 @@ func TestExclusiveStoreClose(t *testing.T) {
 		done <- err
 	}()
 	<-entered
+	// A second caller of the key waits for this node's turn, in Go.
+	waiterDone := make(chan error, 1)
+	go func() {
+		_, err := Exclusive(ctx, s, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
+		waiterDone <- err
+	}()
+	id := serialLockID(t, s, key)
+	serialWaitUntil(t, "the waiter is queued", func() bool { return serialQueued(s, id) == 2 })
 	require.NoError(t, s.Close())
+	require.ErrorIs(t, <-waiterDone, lockstore.ErrClosed)
 	err := <-done
 	require.ErrorIs(t, err, lockstore.ErrClosed)
 	require.ErrorIs(t, cause, lockstore.ErrClosed)
+	require.Zero(t, serialQueued(s, id), "the turn outlived the holder and the waiter")
 }

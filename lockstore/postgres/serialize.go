@@ -137,7 +137,7 @@ type serialTxn struct {
 	s       *Store
 	key     lockstore.Key
 	id      LockID
-	entry   *keyedEntry     // the node-local mutex held, or nil
+	turn    bool            // id's turn in s.serial is held
 	pooled  *pgxpool.Conn   // the pooled connection, or nil on Exclusive's
 	xs      *exclusiveScope // Exclusive's connection in use, or nil
 	conn    *pgx.Conn
@@ -159,11 +159,10 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 		xs = exclusiveScopeFor(ctx, s)
 	}
 	if xs == nil || xs.id != id {
-		e, err := serialMutex.lock(ctx, s.ctx.Done(), serialKey{s, id})
-		if err != nil {
+		if err := s.serial.take(ctx, s.ctx.Done(), id); err != nil {
 			return nil, nil, fmt.Errorf("postgres: Serialize %q: waiting for this node's turn: %w", key, err)
 		}
-		st.entry = e
+		st.turn = true
 	}
 	if err := s.checkOpen(); err != nil {
 		st.release()
@@ -260,9 +259,9 @@ func (st *serialTxn) release() {
 		st.xs.mu.Unlock()
 		st.xs = nil
 	}
-	if st.entry != nil {
-		serialMutex.unlock(serialKey{st.s, st.id}, st.entry)
-		st.entry = nil
+	if st.turn {
+		st.s.serial.pass(st.id)
+		st.turn = false
 	}
 }
 

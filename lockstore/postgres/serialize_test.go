@@ -737,3 +737,27 @@ func naiveSerialize(ctx context.Context, pool interface {
 	}
 	return tx.Commit(ctx)
 }
+
+// Serialize and Exclusive queue apart from the Locker: one queue would
+// make a Locker holder that calls Serialize on its key wait for itself.
+func TestSerializeQueueIsNotTheLockers(t *testing.T) {
+	t.Parallel()
+	ctx := serialCtx(t)
+	s := serialStore(t, pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2}))
+	key := lockstore.Key{Namespace: "job", ID: "queues"}
+	id := serialLockID(t, s, key)
+
+	l, err := s.Lock(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, 1, queuedWithHolder(s.queue, id))
+	require.Zero(t, serialQueued(s, id), "the Locker's turn is in Serialize's queue")
+	require.NoError(t, l.Release(ctx))
+
+	_, err = Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) {
+		require.Equal(t, 1, serialQueued(s, id))
+		require.Zero(t, queuedWithHolder(s.queue, id), "Serialize's turn is in the Locker's queue")
+		return 0, nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, serialQueued(s, id))
+}

@@ -177,8 +177,25 @@ func serialLockID(t testing.TB, s *Store, k lockstore.Key) LockID {
 	return id
 }
 
-// serialQueued returns how many of s's callers hold or wait for the
-// node-local mutex of id.
+// serialQueued returns how many of s's callers hold or wait for id's turn
+// in s.serial: its waiters, plus one for the holder. Both are read under
+// one shard lock, so the count is never between a pass and a take.
 func serialQueued(s *Store, id LockID) int {
-	return serialMutex.queued(serialKey{s, id})
+	return queuedWithHolder(s.serial, id)
+}
+
+// queuedWithHolder returns how many claimants hold or wait for id's turn
+// in q: q.waiting(id), plus one while the turn is held.
+func queuedWithHolder(q *turnQueue, id LockID) int {
+	sh := q.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	w, held := sh.m[id]
+	switch {
+	case !held:
+		return 0
+	case w == nil:
+		return 1
+	}
+	return 1 + len(w.list)
 }

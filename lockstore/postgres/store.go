@@ -51,6 +51,12 @@ type Store struct {
 	// in front of them.
 	conns []*lockConn
 	queue *turnQueue
+	// serial is the node-local turn queue of Serialize and Exclusive, so
+	// that a node's own callers for one key wait in Go, not each on a
+	// pooled connection blocked on the server. It is separate from queue:
+	// a Locker holder calling Serialize on its own key would otherwise
+	// wait for itself.
+	serial *turnQueue
 
 	// ctx is the store's own context: every round trip on a shared
 	// connection runs under it (never under a caller's), and Close cancels
@@ -95,6 +101,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.batchSQL = batchSQLFor(s.tokenSQL)
 	s.connConfig = lockConnConfig(connConfig, cfg)
 	s.queue = newTurnQueue()
+	s.serial = newTurnQueue()
 
 	if err := s.createSchema(ctx); err != nil {
 		return nil, err

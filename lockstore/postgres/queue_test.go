@@ -1,0 +1,70 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+func TestTurnQueueExcludesPerKey(t *testing.T) {
+	t.Parallel()
+	q := newTurnQueue()
+	ids := []LockID{{1, 1}, {1, 2}, {2, 1}}
+	var inside [3]atomic.Int32
+	var counts [3]int // guarded by the turn of their id
+	const goroutines, rounds = 64, 200
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for r := range rounds {
+				i := (g + r) % len(ids)
+				if err := q.take(context.Background(), nil, ids[i]); err != nil {
+					t.Error(err)
+					return
+				}
+				if inside[i].Add(1) != 1 {
+					t.Error("two holders of one id")
+				}
+				counts[i]++
+				inside[i].Add(-1)
+				q.pass(ids[i])
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, goroutines*rounds, counts[0]+counts[1]+counts[2])
+	for i := range q.shards {
+		require.Empty(t, q.shards[i].m, "turns outlived their last holder")
+	}
+}
+
+func TestTurnQueueWaitEnds(t *testing.T) {
+	t.Parallel()
+	q := newTurnQueue()
+	id := LockID{7, 7}
+	require.NoError(t, q.take(context.Background(), nil, id))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { errs <- q.take(ctx, nil, id) }()
+	serialWaitUntil(t, "the waiter is queued", func() bool { return q.waiting(id) == 1 })
+	cancel()
+	require.ErrorIs(t, <-errs, context.Canceled)
+	require.Equal(t, 1, queuedWithHolder(q, id), "a cancelled waiter left a trace")
+
+	closed := make(chan struct{})
+	go func() { errs <- q.take(context.Background(), closed, id) }()
+	serialWaitUntil(t, "the waiter is queued", func() bool { return q.waiting(id) == 1 })
+	close(closed)
+	require.ErrorIs(t, <-errs, lockstore.ErrClosed)
+	require.Equal(t, 1, queuedWithHolder(q, id), "a waiter ended by close left a trace")
+
+	q.pass(id)
+	require.Zero(t, queuedWithHolder(q, id))
+	require.Empty(t, q.shard(id).m)
+}
