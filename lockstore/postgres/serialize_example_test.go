@@ -16,94 +16,105 @@ import (
 // The examples need a PostgreSQL server, so they are compiled but not run
 // (they have no Output comment). DATABASE_URL names the database.
 
-func openStore(ctx context.Context) (*postgres.Store, *pgxpool.Pool) {
+// withStore opens a pool and a store, runs fn with them and closes both,
+// returning fn's error: fn returns its errors instead of exiting, so that
+// the store and the pool close on every path.
+func withStore(ctx context.Context, fn func(*postgres.Store, *pgxpool.Pool) error) error {
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
+	defer pool.Close()
 	store, err := postgres.New(ctx, pool, postgres.Config{
 		Namespaces: map[string]int32{"lobby": 1},
 	})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	return store, pool
+	defer store.Close()
+	return fn(store, pool)
 }
 
 // Serialize a read-modify-write per lobby across every node, and publish
 // the result only once it is committed.
 func ExampleSerialize() {
 	ctx := context.Background()
-	store, pool := openStore(ctx)
-	defer pool.Close()
-	defer store.Close()
-
-	lobby := "lobby-42"
-	guessed, err := postgres.Serialize(ctx, store, lockstore.Key{Namespace: "lobby", ID: lobby},
-		func(ctx context.Context, tx pgx.Tx) ([]string, error) {
-			var words []string
-			if err := tx.QueryRow(ctx, "SELECT guessed FROM game_state WHERE lobby = $1", lobby).Scan(&words); err != nil {
-				return nil, err
-			}
-			words = append(words, "apple")
-			if _, err := tx.Exec(ctx, "UPDATE game_state SET guessed = $2 WHERE lobby = $1", lobby, words); err != nil {
-				return nil, err
-			}
-			// Runs after the commit and the release of the lock; never
-			// if the transaction rolls back.
-			lockstore.AfterCommit(ctx, func() { fmt.Println("broadcast", lobby, words) })
-			return words, nil
-		})
+	err := withStore(ctx, func(store *postgres.Store, _ *pgxpool.Pool) error {
+		lobby := "lobby-42"
+		guessed, err := postgres.Serialize(ctx, store, lockstore.Key{Namespace: "lobby", ID: lobby},
+			func(ctx context.Context, tx pgx.Tx) ([]string, error) {
+				var words []string
+				if err := tx.QueryRow(ctx, "SELECT guessed FROM game_state WHERE lobby = $1", lobby).Scan(&words); err != nil {
+					return nil, err
+				}
+				words = append(words, "apple")
+				if _, err := tx.Exec(ctx, "UPDATE game_state SET guessed = $2 WHERE lobby = $1", lobby, words); err != nil {
+					return nil, err
+				}
+				// Runs after the commit and the release of the lock; never
+				// if the transaction rolls back.
+				lockstore.AfterCommit(ctx, func() { fmt.Println("broadcast", lobby, words) })
+				return words, nil
+			})
+		if err != nil {
+			return err
+		}
+		fmt.Println(guessed)
+		return nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(guessed)
 }
 
 // Run a periodic job once cluster-wide, stopping if the lock is lost.
 func ExampleExclusive() {
 	ctx := context.Background()
-	store, pool := openStore(ctx)
-	defer pool.Close()
-	defer store.Close()
-
-	closed, err := postgres.Exclusive(ctx, store, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
-		func(ctx context.Context, conn *pgx.Conn) (int64, error) {
-			// Each statement commits by itself; ctx is cancelled if this
-			// connection, and so the lock, is lost.
-			tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed' WHERE state = 'open' AND ends_at < now()")
-			return tag.RowsAffected(), err
-		})
+	err := withStore(ctx, func(store *postgres.Store, _ *pgxpool.Pool) error {
+		closed, err := postgres.Exclusive(ctx, store, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
+			func(ctx context.Context, conn *pgx.Conn) (int64, error) {
+				// Each statement commits by itself; ctx is cancelled if this
+				// connection, and so the lock, is lost.
+				tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed' WHERE state = 'open' AND ends_at < now()")
+				return tag.RowsAffected(), err
+			})
+		if err != nil {
+			return err
+		}
+		fmt.Println("closed", closed)
+		return nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("closed", closed)
 }
 
 // Take locks inside a transaction the caller opened and commits.
 func ExampleWithTx() {
 	ctx := context.Background()
-	store, pool := openStore(ctx)
-	defer pool.Close()
-	defer store.Close()
-
-	tx, err := pool.Begin(ctx)
+	err := withStore(ctx, func(store *postgres.Store, pool *pgxpool.Pool) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		tctx, effects := postgres.WithTx(ctx, tx)
+		_, err = postgres.Serialize(tctx, store, lockstore.Key{Namespace: "lobby", ID: "lobby-42"},
+			func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+				lockstore.AfterCommit(ctx, func() { fmt.Println("committed") })
+				_, err := tx.Exec(ctx, "UPDATE lobby SET players = players + 1 WHERE id = 'lobby-42'")
+				return struct{}{}, err
+			})
+		if err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		effects.Run() // the effects of the caller's transaction are the caller's to run
+		return nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	tctx, effects := postgres.WithTx(ctx, tx)
-	_, err = postgres.Serialize(tctx, store, lockstore.Key{Namespace: "lobby", ID: "lobby-42"},
-		func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
-			lockstore.AfterCommit(ctx, func() { fmt.Println("committed") })
-			_, err := tx.Exec(ctx, "UPDATE lobby SET players = players + 1 WHERE id = 'lobby-42'")
-			return struct{}{}, err
-		})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		log.Fatal(err)
-	}
-	effects.Run() // the effects of the caller's transaction are the caller's to run
 }
