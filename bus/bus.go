@@ -174,6 +174,7 @@ func (b *Bus) Run(ctx context.Context) error {
 // return); the subscriptions end; a Dispatch still waiting gets ErrClosed.
 // Close is idempotent, and a Close that finds another one under way waits
 // for it; it does not close the Publisher and Subscriber the bus was given.
+// Do not call it from a handler or a hook: it waits for them to return.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	if b.state == stateClosed {
