@@ -377,3 +377,28 @@ func TestDecoderPanic(t *testing.T) {
 		})
 	}
 }
+
+// PanickyResult's encoder panics.
+type PanickyResult struct{}
+
+func (PanickyResult) MarshalJSON() ([]byte, error) { panic("encoder boom") }
+
+// A result whose encoder panics is the command's error, not the end of the
+// process.
+func TestResultEncoderPanic(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			b := startBus(t, m.cfg(t), func(b *bus.Bus) {
+				require.NoError(t, bus.Handle(b, func(context.Context, *Block) (PanickyResult, error) {
+					return PanickyResult{}, nil
+				}))
+			})
+			_, err := bus.Dispatch[struct{}](context.Background(), b, &Block{})
+			var remote *middleware.RemoteError
+			require.ErrorAs(t, err, &remote)
+			require.Contains(t, remote.Message, "encoder boom")
+		})
+	}
+}

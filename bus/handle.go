@@ -96,11 +96,6 @@ func (b *Bus) process(msg *message.Message) (r reply, poison string) {
 
 // decode unmarshals msg into cmd. A command's decoder is user code, as a
 // handler is: its panic is an error, not the end of the process.
-func (b *Bus) decode(msg *message.Message, cmd any) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v", v)
-		}
-	}()
-	return b.cfg.Marshaler.Unmarshal(msg, cmd)
+func (b *Bus) decode(msg *message.Message, cmd any) error {
+	return recovered(func() error { return b.cfg.Marshaler.Unmarshal(msg, cmd) })
 }
