@@ -183,7 +183,7 @@ func walletStory(ctx context.Context, w io.Writer, node *app.Node, g *gate, r *d
 		select {
 		case <-entered:
 		case won := <-first:
-			return fmt.Errorf("%s %s ended before it held its lock: %v", race.firstName, race.id, won.err)
+			return fmt.Errorf("%s %s ended before it held its lock: %w", race.firstName, race.id, won.err)
 		}
 		_, err := race.second(race.id)
 		release()

@@ -49,12 +49,12 @@ func main() {
 func run(ctx context.Context) error {
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, logger)
-	defer pubSub.Close()
+	defer func() { _ = pubSub.Close() }()
 	locks, err := lockstore.NewMemory(lockstore.MemoryConfig{}) // or lockstore/postgres for many nodes
 	if err != nil {
 		return err
 	}
-	defer locks.Close()
+	defer func() { _ = locks.Close() }()
 	db := &staff{emails: map[string]bool{}}
 
 	// 1. The pipeline: validation, then a claim on CreateStaff's email.
@@ -106,7 +106,7 @@ func run(ctx context.Context) error {
 		return nil
 	})
 	go func() { _ = router.Run(ctx) }()
-	defer router.Close()
+	defer func() { _ = router.Close() }()
 	<-router.Running()
 
 	// 3. Send commands; a duplicate email, in any case, is already_taken.

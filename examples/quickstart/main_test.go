@@ -35,6 +35,8 @@ func TestReadmeShowsQuickstart(t *testing.T) {
 	src, err := os.ReadFile("main.go")
 	require.NoError(t, err)
 	body := string(src)
-	body = body[strings.Index(body, "func run("):]
+	start := strings.Index(body, "func run(")
+	require.GreaterOrEqual(t, start, 0, "main.go has no run function")
+	body = body[start:]
 	require.Contains(t, string(readme), body, "README.md must show examples/quickstart/main.go's run function verbatim")
 }

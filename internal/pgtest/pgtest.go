@@ -115,7 +115,7 @@ func adminExec(ctx context.Context, dsn, sql string) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close(context.Background())
+	defer func() { _ = c.Close(context.Background()) }()
 	_, err = c.Exec(ctx, sql)
 	return err
 }
@@ -198,7 +198,7 @@ func terminate(ctx context.Context, dsn, applicationName string, thisDatabase bo
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: %w", err)
 	}
-	defer c.Close(context.Background())
+	defer func() { _ = c.Close(context.Background()) }()
 	// The second argument makes pg_terminate_backend wait (up to 10 s)
 	// until the backend has exited.
 	var n int

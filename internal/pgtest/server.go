@@ -92,7 +92,7 @@ func newServer(ctx context.Context) (_ *server, err error) {
 	}
 	defer func() {
 		if err != nil {
-			s.destroy(context.Background())
+			_ = s.destroy(context.Background())
 		}
 	}()
 	if err := os.Mkdir(s.sockDir, 0o700); err != nil {
@@ -128,14 +128,14 @@ func (s *server) startReaper() error {
 	if err != nil {
 		return fmt.Errorf("pgtest: %w", err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	cmd := exec.Command("/bin/sh", "-c", reaperScript, "pgtest-reaper", s.dir)
 	cmd.Stdin = r
 	// Its own process group: a ^C aimed at the test binary must not kill
 	// the reaper before it has cleaned up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		w.Close()
+		_ = w.Close()
 		return fmt.Errorf("pgtest: start the reaper: %w", err)
 	}
 	s.reaper, s.reaperW = cmd, w
@@ -160,7 +160,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: find a free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -203,7 +203,7 @@ func (s *server) start(ctx context.Context) error {
 		Setpgid: true,
 	}
 	err = cmd.Start()
-	logf.Close()
+	_ = logf.Close()
 	if err != nil {
 		return fmt.Errorf("pgtest: start %s: %w", s.bin.postgres, err)
 	}
@@ -224,7 +224,7 @@ func (s *server) start(ctx context.Context) error {
 			s.proc, s.exited = nil, nil
 			return fmt.Errorf("pgtest: postgres exited at start (%s):\n%s", cmd.ProcessState, s.logTail())
 		case <-ctx.Done():
-			s.stopLocked(context.Background())
+			_ = s.stopLocked(context.Background())
 			return fmt.Errorf("pgtest: postgres not ready: %w\n%s", ctx.Err(), s.logTail())
 		case <-tick.C:
 		}
@@ -277,7 +277,7 @@ func (s *server) stopLocked(ctx context.Context) error {
 func (s *server) destroy(ctx context.Context) error {
 	err := s.stop(ctx)
 	if s.reaperW != nil {
-		s.reaperW.Close()
+		_ = s.reaperW.Close()
 		err = errors.Join(err, s.reaper.Wait())
 		s.reaperW = nil
 	}

@@ -24,7 +24,7 @@ func lockFile(path string) (*os.File, error) {
 		}
 	}
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s is locked: one Store per database file, across processes", ErrFileLocked, path)
 		}

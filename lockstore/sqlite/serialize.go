@@ -245,7 +245,7 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err != nil {
 		return zero, fmt.Errorf("sqlite: Exclusive %q: wait for the lock: %w", key, err)
 	}
-	defer l.Release(context.Background())
+	defer func() { _ = l.Release(context.Background()) }()
 
 	fctx, cancel := context.WithCancelCause(withExclusiveScope(ctx, s, key))
 	defer cancel(nil)

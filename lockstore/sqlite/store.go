@@ -83,12 +83,12 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if err := checkTransactions(ctx, db, drv, path); err != nil {
-		lock.Close()
+		_ = lock.Close()
 		return nil, err
 	}
 	mem, err := lockstore.NewMemory(cfg.Locks)
 	if err != nil {
-		lock.Close()
+		_ = lock.Close()
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	return &Store{db: db, mem: mem, path: path, lock: lock, gate: make(chan struct{}, 1)}, nil
@@ -103,7 +103,7 @@ func checkTransactions(ctx context.Context, db *sql.DB, drv *sqlite.Driver, path
 	if err != nil {
 		return fmt.Errorf("sqlite: New: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	var busyTimeout int64
 	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busyTimeout); err != nil {
 		return fmt.Errorf("sqlite: New: read busy_timeout: %w", err)
@@ -117,7 +117,7 @@ func checkTransactions(ctx context.Context, db *sql.DB, drv *sqlite.Driver, path
 	if err != nil {
 		return fmt.Errorf("sqlite: New: open a probe connection: %w", err)
 	}
-	defer probe.Close()
+	defer func() { _ = probe.Close() }()
 	execer, ok := probe.(driver.ExecerContext)
 	if !ok {
 		return fmt.Errorf("%w: the driver's connections cannot execute statements directly", ErrUnsuitableDB)
@@ -128,7 +128,7 @@ func checkTransactions(ctx context.Context, db *sql.DB, drv *sqlite.Driver, path
 	if err != nil {
 		return fmt.Errorf("sqlite: New: begin: %w", err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	err = exec("BEGIN IMMEDIATE")
 	switch {
 	case err == nil:
