@@ -2,20 +2,21 @@ package lockstore_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/claimbus/claimbus/lockstore"
 )
 
 // The benchmarks compare the memory store with three baselines:
 //   - SyncMutex: a bare sync.Mutex Lock/Unlock, the floor;
-//   - MapMutex: a map of held keys behind one mutex, the plain design;
-//   - GenServer: the seed's design, one goroutine that owns a map of held
-//     keys and serves acquire and release requests over a channel.
+//   - MapMutex: the plain design, the seed's lock table (owner and
+//     acquired-at per held key) in a map behind one mutex;
+//   - GenServer: the seed's design, one goroutine that owns that table and
+//     serves acquire and release calls over a channel.
 //
 // Run them with
 //
@@ -58,10 +59,10 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	})
 	b.Run("MapMutex", func(b *testing.B) {
-		s := &mapMutex{held: make(map[lockstore.Key]struct{})}
+		s := newMapMutex()
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := s.acquire(key); err != nil {
+			if err := s.acquire(key, 1); err != nil {
 				b.Fatal(err)
 			}
 			s.release(key)
@@ -114,12 +115,12 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 		})
 	})
 	b.Run("MapMutex", func(b *testing.B) {
-		s := &mapMutex{held: make(map[lockstore.Key]struct{})}
+		s := newMapMutex()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			key := ownKey()
+			key, owner := ownKey(), owners.Add(1)
 			for pb.Next() {
-				if err := s.acquire(key); err != nil {
+				if err := s.acquire(key, owner); err != nil {
 					b.Error(err)
 					return
 				}
@@ -195,19 +196,29 @@ func hotKey(b *testing.B, grant func() error) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "grants/s")
 }
 
-// mapMutex is the plain design: a map of held keys behind one mutex.
-type mapMutex struct {
-	mu   sync.Mutex
-	held map[lockstore.Key]struct{}
+// seedRow is what the seed's lock table keeps per held key:
+// {transfer_id, owner_pid, acquired_at}. Both map baselines record it, as
+// the memory store records its holder's token and grant time.
+type seedRow struct {
+	owner uint64
+	at    time.Time
 }
 
-func (s *mapMutex) acquire(key lockstore.Key) error {
+// mapMutex is the plain design: the seed's table in a map behind one mutex.
+type mapMutex struct {
+	mu   sync.Mutex
+	held map[lockstore.Key]seedRow
+}
+
+func newMapMutex() *mapMutex { return &mapMutex{held: make(map[lockstore.Key]seedRow)} }
+
+func (s *mapMutex) acquire(key lockstore.Key, owner uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.held[key]; ok {
 		return lockstore.ErrLocked
 	}
-	s.held[key] = struct{}{}
+	s.held[key] = seedRow{owner: owner, at: time.Now()}
 	return nil
 }
 
@@ -217,8 +228,9 @@ func (s *mapMutex) release(key lockstore.Key) {
 	s.mu.Unlock()
 }
 
-// genServer is the seed's design: one goroutine owns the map of held keys
-// and answers acquire and release requests sent over a channel.
+// genServer is the seed's design: one goroutine owns the lock table and
+// answers acquire and release calls sent over a channel, each caller
+// waiting for its reply.
 type genServer struct {
 	reqs chan genRequest
 	done chan struct{}
@@ -227,6 +239,7 @@ type genServer struct {
 type genRequest struct {
 	release bool
 	key     lockstore.Key
+	owner   uint64
 	reply   chan error
 }
 
@@ -242,7 +255,7 @@ func newGenServer(b *testing.B) *genServer {
 
 func (g *genServer) serve() {
 	defer close(g.done)
-	held := make(map[lockstore.Key]struct{})
+	held := make(map[lockstore.Key]seedRow)
 	for req := range g.reqs {
 		switch _, ok := held[req.key]; {
 		case req.release:
@@ -251,29 +264,34 @@ func (g *genServer) serve() {
 		case ok:
 			req.reply <- lockstore.ErrLocked
 		default:
-			held[req.key] = struct{}{}
+			held[req.key] = seedRow{owner: req.owner, at: time.Now()}
 			req.reply <- nil
 		}
 	}
 }
 
+var owners atomic.Uint64
+
 // genClient is one caller of a genServer, with its own reply channel.
 type genClient struct {
 	g     *genServer
+	owner uint64
 	reply chan error
 }
 
-func (g *genServer) client() genClient { return genClient{g: g, reply: make(chan error, 1)} }
+func (g *genServer) client() genClient {
+	return genClient{g: g, owner: owners.Add(1), reply: make(chan error, 1)}
+}
 
 func (c genClient) call(release bool, key lockstore.Key) error {
-	c.g.reqs <- genRequest{release: release, key: key, reply: c.reply}
+	c.g.reqs <- genRequest{release: release, key: key, owner: c.owner, reply: c.reply}
 	return <-c.reply
 }
 
 func (c genClient) acquire(key lockstore.Key) error { return c.call(false, key) }
 
 func (c genClient) release(key lockstore.Key) {
-	if err := c.call(true, key); err != nil && !errors.Is(err, lockstore.ErrLocked) {
+	if err := c.call(true, key); err != nil {
 		panic(err)
 	}
 }
