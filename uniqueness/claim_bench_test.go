@@ -9,7 +9,14 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-func notTaken(context.Context) (bool, error) { return false, nil }
+// claimRelease claims k with a lookup that finds it free, then releases it.
+func claimRelease(ctx context.Context, c *Claimer, k lockstore.Key) error {
+	cl, err := c.Claim(ctx, k, notTaken)
+	if err != nil {
+		return err
+	}
+	return cl.Release(ctx)
+}
 
 // BenchmarkClaimRelease is Claim+Release of one key by one goroutine with a
 // lookup that returns false, on the memory store.
@@ -20,11 +27,7 @@ func BenchmarkClaimRelease(b *testing.B) {
 	k := key("ann@x.org")
 	b.ReportAllocs()
 	for b.Loop() {
-		cl, err := c.Claim(ctx, k, notTaken)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cl.Release(ctx); err != nil {
+		if err := claimRelease(ctx, c, k); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -58,12 +61,7 @@ func BenchmarkClaimReleaseParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		k := key("user" + strconv.FormatInt(next.Add(1), 10))
 		for pb.Next() {
-			cl, err := c.Claim(ctx, k, notTaken)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := cl.Release(ctx); err != nil {
+			if err := claimRelease(ctx, c, k); err != nil {
 				b.Error(err)
 				return
 			}
@@ -82,12 +80,7 @@ func BenchmarkClaimReleaseHotKey(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			cl, err := c.Claim(ctx, k, notTaken)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := cl.Release(ctx); err != nil {
+			if err := claimRelease(ctx, c, k); err != nil {
 				b.Error(err)
 				return
 			}

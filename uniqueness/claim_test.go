@@ -65,6 +65,17 @@ func newMemory(t testing.TB, cfg lockstore.MemoryConfig) *lockstore.Memory {
 	return m
 }
 
+// newClaimer is the setup of most tests: a memory store configured by
+// cfg, a Claimer on it, and an empty table for the lookups.
+func newClaimer(t *testing.T, cfg lockstore.MemoryConfig) (*lockstore.Memory, *Claimer, *table) {
+	t.Helper()
+	store := newMemory(t, cfg)
+	return store, NewClaimer(store), newTable()
+}
+
+// notTaken is a lookup that finds every value free.
+func notTaken(context.Context) (bool, error) { return false, nil }
+
 func key(id string) lockstore.Key { return lockstore.Key{Namespace: "staff.email", ID: id} }
 
 // requireNothingHeld asserts that neither the store nor the claimer keeps
@@ -112,9 +123,7 @@ func requireWaiting(t *testing.T, c *Claimer, k lockstore.Key, n int) {
 
 func TestClaimFreeValueHoldsTheKeyUntilRelease(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
-	tb := newTable()
+	store, c, tb := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 
 	cl, err := c.Claim(ctx, key("ann@x.org"), tb.taken("ann@x.org"))
@@ -138,9 +147,7 @@ func TestClaimFreeValueHoldsTheKeyUntilRelease(t *testing.T) {
 
 func TestClaimTakenValueReleasesAndFailsWithAlreadyTaken(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
-	tb := newTable()
+	store, c, tb := newClaimer(t, lockstore.MemoryConfig{})
 	tb.insert("ann@x.org")
 
 	cl, err := c.Claim(context.Background(), key("ann@x.org"), tb.taken("ann@x.org"))
@@ -162,8 +169,7 @@ func TestClaimLookupErrorOrPanicReleasesTheKey(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			store := newMemory(t, lockstore.MemoryConfig{})
-			c := NewClaimer(store)
+			store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 
 			cl, err := c.Claim(context.Background(), key("ann@x.org"), lookup)
 			require.Nil(t, cl)
@@ -184,23 +190,21 @@ func TestClaimLookupErrorOrPanicReleasesTheKey(t *testing.T) {
 
 func TestClaimRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
+	store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
-	free := func(context.Context) (bool, error) { return false, nil }
 
-	_, err := c.Claim(ctx, lockstore.Key{Namespace: "staff.email"}, free)
+	_, err := c.Claim(ctx, lockstore.Key{Namespace: "staff.email"}, notTaken)
 	require.ErrorIs(t, err, lockstore.ErrInvalidKey)
-	_, err = c.Claim(ctx, key(strings.Repeat("a", lockstore.MaxIDLen+1)), free)
+	_, err = c.Claim(ctx, key(strings.Repeat("a", lockstore.MaxIDLen+1)), notTaken)
 	require.ErrorIs(t, err, lockstore.ErrInvalidKey)
 	_, err = c.Claim(ctx, key("ann@x.org"), nil)
 	require.ErrorIs(t, err, errNilLookup)
-	_, err = NewClaimer(nil).Claim(ctx, key("ann@x.org"), free)
+	_, err = NewClaimer(nil).Claim(ctx, key("ann@x.org"), notTaken)
 	require.ErrorIs(t, err, errNilLocker)
 
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = c.Claim(done, key("ann@x.org"), free)
+	_, err = c.Claim(done, key("ann@x.org"), notTaken)
 	require.ErrorIs(t, err, context.Canceled)
 	requireNothingHeld(t, store, c)
 }
@@ -209,9 +213,7 @@ func TestClaimRejectsBadInput(t *testing.T) {
 // behind it fails at once, none running its own lookup.
 func TestReleaseAfterWriteFailsEveryWaiterFast(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
-	tb := newTable()
+	store, c, tb := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 	k := key("ann@x.org")
 
@@ -247,9 +249,7 @@ func TestReleaseAfterWriteFailsEveryWaiterFast(t *testing.T) {
 // next holder's release.
 func TestReleaseWithoutWritePassesTheTurnOn(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
-	tb := newTable()
+	store, c, tb := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 	k := key("ann@x.org")
 
@@ -275,9 +275,7 @@ func TestReleaseWithoutWritePassesTheTurnOn(t *testing.T) {
 
 func TestFailedReCheckLetsTheNextClaimantRunItsLookup(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
-	tb := newTable()
+	store, c, tb := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 	k := key("ann@x.org")
 	boom := errors.New("replica unreachable")
@@ -306,18 +304,16 @@ func TestFailedReCheckLetsTheNextClaimantRunItsLookup(t *testing.T) {
 
 func TestClaimantsTakeTurnsFirstComeFirstServed(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
+	store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 	k := key("ann@x.org")
-	free := func(context.Context) (bool, error) { return false, nil }
 
-	first, err := c.Claim(ctx, k, free)
+	first, err := c.Claim(ctx, k, notTaken)
 	require.NoError(t, err)
 	const n = 8
 	results := make([]<-chan claimResult, n)
 	for i := range results {
-		results[i] = startClaim(ctx, c, k, free)
+		results[i] = startClaim(ctx, c, k, notTaken)
 		require.Eventually(t, func() bool { return store.Waiting(k) == i+1 }, waitFor, time.Millisecond)
 	}
 	require.NoError(t, first.Release(ctx))
@@ -338,9 +334,7 @@ func TestClaimantsTakeTurnsFirstComeFirstServed(t *testing.T) {
 
 func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
-	tb := newTable()
+	store, c, tb := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 	k := key("ann@x.org")
 
@@ -363,19 +357,17 @@ func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
 
 func TestClaimWaitEndsWithItsDeadline(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
+	store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 	k := key("ann@x.org")
-	free := func(context.Context) (bool, error) { return false, nil }
 
-	holder, err := c.Claim(ctx, k, free)
+	holder, err := c.Claim(ctx, k, notTaken)
 	require.NoError(t, err)
 	// One waiter alone (no local claimant ahead of it would settle), one
 	// behind it: both end with their deadline, neither is granted.
 	for range 2 {
 		dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		_, err = c.Claim(dctx, k, free)
+		_, err = c.Claim(dctx, k, notTaken)
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	}
@@ -393,9 +385,7 @@ func TestLostClaimPassesOn(t *testing.T) {
 		t.Run(fmt.Sprintf("wrote=%v", wrote), func(t *testing.T) {
 			t.Parallel()
 			clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
-			store := newMemory(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
-			c := NewClaimer(store)
-			tb := newTable()
+			store, c, tb := newClaimer(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
 			ctx := context.Background()
 			k := key("ann@x.org")
 
@@ -442,9 +432,7 @@ func TestLostClaimPassesOn(t *testing.T) {
 // writes on success. Exactly one claimant per value wins.
 func TestClaimStormOneWinnerPerValue(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
-	tb := newTable()
+	store, c, tb := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 
 	const claimants, values = 200, 20
@@ -481,17 +469,15 @@ func TestClaimStormOneWinnerPerValue(t *testing.T) {
 // After a storm on many distinct keys, the claimer keeps nothing.
 func TestClaimerForgetsKeysNobodyWaitsFor(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
+	store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
-	free := func(context.Context) (bool, error) { return false, nil }
 
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 1000 {
 				k := key(fmt.Sprintf("g%d-%d", g, i%250))
-				cl, err := c.Claim(ctx, k, free)
+				cl, err := c.Claim(ctx, k, notTaken)
 				if !assertNoError(t, err) {
 					return
 				}
@@ -539,21 +525,19 @@ func (l *lostCause) require(t *testing.T) {
 func TestWatchLost(t *testing.T) {
 	t.Parallel()
 	const ttl = time.Minute
-	free := func(context.Context) (bool, error) { return false, nil }
 	ctx := context.Background()
 	k := key("ann@x.org")
 
 	t.Run("reported at once to a claimant granted next", func(t *testing.T) {
 		t.Parallel()
 		clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
-		store := newMemory(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
-		c := NewClaimer(store)
+		store, c, _ := newClaimer(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
 		c.lost.interval = time.Hour // only the next grant can report it
-		holder, err := c.Claim(ctx, k, free)
+		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()
 		c.watchLost(holder, lost.cancel)
-		next := startClaim(ctx, c, k, free)
+		next := startClaim(ctx, c, k, notTaken)
 		require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
 		clock.Advance(ttl)
 		r := receive(t, next)
@@ -567,10 +551,9 @@ func TestWatchLost(t *testing.T) {
 
 	t.Run("found by the periodic check", func(t *testing.T) {
 		t.Parallel()
-		store := newMemory(t, lockstore.MemoryConfig{})
-		c := NewClaimer(store)
+		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 		c.lost.interval = time.Millisecond
-		holder, err := c.Claim(ctx, k, free)
+		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()
 		c.watchLost(holder, lost.cancel)
@@ -584,14 +567,13 @@ func TestWatchLost(t *testing.T) {
 
 	t.Run("never reported after release", func(t *testing.T) {
 		t.Parallel()
-		store := newMemory(t, lockstore.MemoryConfig{})
-		c := NewClaimer(store)
+		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 		c.lost.interval = time.Millisecond
 		var wg sync.WaitGroup
 		var reported atomic.Int64
 		for i := range 50 {
 			wg.Go(func() {
-				cl, err := c.Claim(ctx, key(fmt.Sprintf("v%d@x.org", i)), free)
+				cl, err := c.Claim(ctx, key(fmt.Sprintf("v%d@x.org", i)), notTaken)
 				if !assertNoError(t, err) {
 					return
 				}
