@@ -126,39 +126,33 @@ VALUES ($1, $2, $3, $4, $5, 'open') ON CONFLICT (transfer_id) DO NOTHING`,
 // its own lock, from overdrawing it: the debit only happens while the
 // balance covers it.
 func (n *Node) approveTransfer(ctx context.Context, c *commands.ApproveTransfer) (Transfer, error) {
+	return n.decideTransfer(ctx, c.TransferID, "approved", "", moveMoney)
+}
+
+// cancelTransfer handles CancelTransfer, holding the transfer's lock.
+func (n *Node) cancelTransfer(ctx context.Context, c *commands.CancelTransfer) (Transfer, error) {
+	return n.decideTransfer(ctx, c.TransferID, "cancelled", strings.TrimSpace(c.Reason), nil)
+}
+
+// decideTransfer moves the open transfer id to state in one transaction:
+// it loads the transfer, rejects one that is not open as not_open, runs
+// effect (if any) and records the state.
+func (n *Node) decideTransfer(ctx context.Context, id, state, reason string, effect func(ctx context.Context, q querier, t Transfer) error) (Transfer, error) {
 	var t Transfer
 	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
 		var err error
-		if t, err = loadTransfer(ctx, q, c.TransferID); err != nil {
+		if t, err = loadTransfer(ctx, q, id); err != nil {
 			return err
 		}
 		if t.State != "open" {
 			return middleware.Reject(CodeNotOpen, "transfer_id", "the transfer is %s", t.State)
 		}
-		debit := func() error {
-			moved, err := q.exec(ctx, `UPDATE wallet SET balance = balance - $1 WHERE wallet_id = $2 AND balance >= $1`,
-				t.Amount, t.FromWalletID)
-			if err == nil && moved == 0 {
-				return middleware.Reject(CodeInsufficientFunds, "amount", "the wallet %s holds less than the amount", t.FromWalletID)
-			}
-			return err
-		}
-		credit := func() error {
-			_, err := q.exec(ctx, `UPDATE wallet SET balance = balance + $1 WHERE wallet_id = $2`, t.Amount, t.ToWalletID)
-			return err
-		}
-		// Rows are updated in wallet id order, so that two transfers in
-		// opposite directions cannot deadlock in PostgreSQL.
-		steps := []func() error{debit, credit}
-		if t.ToWalletID < t.FromWalletID {
-			steps = []func() error{credit, debit}
-		}
-		for _, step := range steps {
-			if err := step(); err != nil {
+		if effect != nil {
+			if err := effect(ctx, q, t); err != nil {
 				return err
 			}
 		}
-		return setState(ctx, q, &t, "approved", "")
+		return setState(ctx, q, &t, state, reason)
 	})
 	if err != nil {
 		return Transfer{}, err
@@ -166,23 +160,31 @@ func (n *Node) approveTransfer(ctx context.Context, c *commands.ApproveTransfer)
 	return t, nil
 }
 
-// cancelTransfer handles CancelTransfer, holding the transfer's lock.
-func (n *Node) cancelTransfer(ctx context.Context, c *commands.CancelTransfer) (Transfer, error) {
-	var t Transfer
-	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
-		var err error
-		if t, err = loadTransfer(ctx, q, c.TransferID); err != nil {
-			return err
+// moveMoney debits t's amount from its source wallet, only while the
+// balance covers it, and credits it to its destination. The rows are
+// updated in wallet id order, so that two transfers in opposite directions
+// cannot deadlock in PostgreSQL.
+func moveMoney(ctx context.Context, q querier, t Transfer) error {
+	debit := func() error {
+		moved, err := q.exec(ctx, `UPDATE wallet SET balance = balance - $1 WHERE wallet_id = $2 AND balance >= $1`,
+			t.Amount, t.FromWalletID)
+		if err == nil && moved == 0 {
+			return middleware.Reject(CodeInsufficientFunds, "amount", "the wallet %s holds less than the amount", t.FromWalletID)
 		}
-		if t.State != "open" {
-			return middleware.Reject(CodeNotOpen, "transfer_id", "the transfer is %s", t.State)
-		}
-		return setState(ctx, q, &t, "cancelled", strings.TrimSpace(c.Reason))
-	})
-	if err != nil {
-		return Transfer{}, err
+		return err
 	}
-	return t, nil
+	credit := func() error {
+		_, err := q.exec(ctx, `UPDATE wallet SET balance = balance + $1 WHERE wallet_id = $2`, t.Amount, t.ToWalletID)
+		return err
+	}
+	first, second := debit, credit
+	if t.ToWalletID < t.FromWalletID {
+		first, second = credit, debit
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	return second()
 }
 
 // setState moves an open transfer to state. The condition on the old state
