@@ -123,18 +123,22 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, ok int, do func(ct
 		writeJSON(w, ok, res)
 		return
 	}
+	// A bus timeout is a rejection already (it matches
+	// middleware.ErrTimeout); the other ends of a request become one here,
+	// so that rejectionStatus alone picks the status.
 	var rej *middleware.Rejection
 	switch {
 	case errors.As(err, &rej):
-		writeJSON(w, rejectionStatus(rej.Code), rej)
-	case errors.Is(err, middleware.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		writeJSON(w, http.StatusGatewayTimeout, middleware.Reject(middleware.CodeTimeout, "", "no answer within %v", n.requestTimeout))
+	case errors.Is(err, context.DeadlineExceeded):
+		rej = middleware.Reject(middleware.CodeTimeout, "", "no answer within %v", n.requestTimeout)
 	case errors.Is(err, bus.ErrClosed), errors.Is(err, context.Canceled):
-		writeJSON(w, http.StatusServiceUnavailable, middleware.Reject(middleware.CodeUnavailable, "", "the node is shutting down"))
+		rej = middleware.Reject(middleware.CodeUnavailable, "", "the node is shutting down")
 	default:
 		n.log.ErrorContext(ctx, "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"code": "internal", "message": "internal error"})
+		return
 	}
+	writeJSON(w, rejectionStatus(rej.Code), rej)
 }
 
 // rejectionStatus is the HTTP status of a rejection code.
