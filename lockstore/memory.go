@@ -176,25 +176,15 @@ func (m *Memory) stamp() time.Duration {
 // TryLock takes key now, or fails with ErrLocked while it is held. A ctx
 // that is already done gets ctx's error; a closed store, ErrClosed.
 func (m *Memory) TryLock(ctx context.Context, key Key) (Lock, error) {
-	if err := key.Validate(); err != nil {
+	s, h, err := m.lockShard(ctx, key)
+	if err != nil {
 		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	h := m.hash(key)
-	s := m.shardOf(h)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
 	}
 	if s.locks.find(h, key) != nil {
 		s.mu.Unlock()
 		return nil, ErrLocked
 	}
 	l := s.grant(h, key)
-	s.locks.insert(l)
 	s.mu.Unlock()
 	return l, nil
 }
@@ -205,23 +195,13 @@ func (m *Memory) TryLock(ctx context.Context, key Key) (Lock, error) {
 // Lock returns the outcome the store reached first; a Lock it returns is
 // held. Close fails every waiter with ErrClosed.
 func (m *Memory) Lock(ctx context.Context, key Key) (Lock, error) {
-	if err := key.Validate(); err != nil {
+	s, h, err := m.lockShard(ctx, key)
+	if err != nil {
 		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	h := m.hash(key)
-	s := m.shardOf(h)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
 	}
 	holder := s.locks.find(h, key)
 	if holder == nil {
 		l := s.grant(h, key)
-		s.locks.insert(l)
 		s.mu.Unlock()
 		return l, nil
 	}
@@ -245,6 +225,25 @@ func (m *Memory) Lock(ctx context.Context, key Key) (Lock, error) {
 		return nil, w.err
 	}
 	return &w.lock, nil
+}
+
+// lockShard checks what TryLock and Lock check first (a valid key, a live
+// ctx, an open shard) and returns key's shard, locked, and key's hash.
+func (m *Memory) lockShard(ctx context.Context, key Key) (*memShard, uint64, error) {
+	if err := key.Validate(); err != nil {
+		return nil, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	h := m.hash(key)
+	s := m.shardOf(h)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, 0, ErrClosed
+	}
+	return s, h, nil
 }
 
 // Held lists the locks held now, ordered by key.
@@ -351,14 +350,15 @@ func (m *Memory) Len() int {
 // memory store has no order of its own, so it is lockstore.CompareKeys.
 func (m *Memory) CompareKeys(a, b Key) int { return CompareKeys(a, b) }
 
-// grant returns a new grant of key, of hash h, with a fresh token and
-// lease; the caller puts it in the table. The caller holds s.mu and has
-// checked that the shard is open.
+// grant grants key, of hash h and free, with a fresh token and lease, and
+// puts the lock in the table. The caller holds s.mu and has checked that
+// the shard is open.
 func (s *memShard) grant(h uint64, key Key) *memLock {
 	l := &memLock{shard: s, key: key, hash: h, token: s.nextToken(), at: s.m.stamp(), state: held}
 	if s.m.ttl > 0 {
 		s.startLease(l)
 	}
+	s.locks.insert(l)
 	return l
 }
 
