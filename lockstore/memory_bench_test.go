@@ -22,21 +22,11 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem -count 5 -cpu 1,2 ./lockstore/
 
-func newBenchMemory(b *testing.B) *lockstore.Memory {
-	b.Helper()
-	m, err := lockstore.NewMemory(lockstore.MemoryConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = m.Close() })
-	return m
-}
-
 // BenchmarkUncontended is TryLock then Release of one key by one goroutine.
 func BenchmarkUncontended(b *testing.B) {
 	key := lockstore.Key{Namespace: "bench", ID: "transfer-42"}
 	b.Run("Memory", func(b *testing.B) {
-		m := newBenchMemory(b)
+		m := newMemory(b, lockstore.MemoryConfig{})
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -86,7 +76,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 		return lockstore.Key{Namespace: "bench", ID: "transfer-" + strconv.FormatInt(ids.Add(1), 10)}
 	}
 	b.Run("Memory", func(b *testing.B) {
-		m := newBenchMemory(b)
+		m := newMemory(b, lockstore.MemoryConfig{})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			ctx, key := context.Background(), ownKey()
@@ -145,7 +135,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 func BenchmarkHotKey64(b *testing.B) {
 	key := lockstore.Key{Namespace: "bench", ID: "hot"}
 	b.Run("Memory", func(b *testing.B) {
-		m := newBenchMemory(b)
+		m := newMemory(b, lockstore.MemoryConfig{})
 		ctx := context.Background()
 		hotKey(b, func() error {
 			l, err := m.Lock(ctx, key)

@@ -13,7 +13,8 @@ import (
 // epoch is where the fake clocks of the tests start.
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func newMemory(t *testing.T, cfg lockstore.MemoryConfig) *lockstore.Memory {
+// newMemory returns a store configured by cfg, closed when t ends.
+func newMemory(t testing.TB, cfg lockstore.MemoryConfig) *lockstore.Memory {
 	t.Helper()
 	m, err := lockstore.NewMemory(cfg)
 	require.NoError(t, err)

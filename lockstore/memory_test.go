@@ -67,10 +67,8 @@ func isClosed(ch <-chan struct{}) bool {
 func TestMemoryConformanceCollidingKeys(t *testing.T) {
 	t.Parallel()
 	lockstoretest.Run(t, func(t *testing.T) lockstore.Store {
-		m, err := lockstore.NewMemory(lockstore.MemoryConfig{})
-		require.NoError(t, err)
+		m := newMemory(t, lockstore.MemoryConfig{})
 		lockstore.CollideAllKeys(m)
-		t.Cleanup(func() { require.NoError(t, m.Close()) })
 		return m
 	})
 }
