@@ -17,7 +17,7 @@ import (
 
 func TestExclusiveRunsOnceClusterWide(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	serialCounterTable(ctx, t, dsn, "job")
 	pools := []string{"node-a", "node-b"}
@@ -81,7 +81,7 @@ func TestExclusiveRunsOnceClusterWide(t *testing.T) {
 
 func TestExclusiveDedicatedConnection(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "job-node"})
 	s := serialStore(t, pool)
@@ -99,7 +99,7 @@ func TestExclusiveDedicatedConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, pid)
 	// Closed at the end: the backend is gone, never back in the pool.
-	serialWaitUntil(t, "the dedicated backend exits", func() bool {
+	waitFor(t, "the dedicated backend exits", func() bool {
 		var n int
 		require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int64(pid)).Scan(&n))
 		return n == 0
@@ -111,7 +111,7 @@ func TestExclusiveDedicatedConnection(t *testing.T) {
 
 func TestExclusiveCancelsFnWhenItsConnectionDies(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	nodeA := serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-a"}))
 	nodeB := serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-b"}))
@@ -159,7 +159,7 @@ func TestExclusiveCancelsFnWhenItsConnectionDies(t *testing.T) {
 
 func TestExclusiveLockTimeoutAndCancel(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	s := serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}))
 	key := lockstore.Key{Namespace: "job", ID: "busy"}
@@ -182,14 +182,14 @@ func TestExclusiveLockTimeoutAndCancel(t *testing.T) {
 		_, err := Exclusive(cctx, s, key, fn)
 		done <- err
 	}()
-	serialWaitUntil(t, "Exclusive waits on the server", func() bool {
+	waitFor(t, "Exclusive waits on the server", func() bool {
 		_, waiting := serialLockCount(ctx, t, holder, id)
 		return waiting == 1
 	})
 	cancelWait()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.False(t, ran)
-	serialWaitUntil(t, "the cancelled wait leaves the server", func() bool {
+	waitFor(t, "the cancelled wait leaves the server", func() bool {
 		_, waiting := serialLockCount(ctx, t, holder, id)
 		return waiting == 0
 	})
@@ -198,7 +198,7 @@ func TestExclusiveLockTimeoutAndCancel(t *testing.T) {
 
 func TestExclusiveNesting(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	serialCounterTable(ctx, t, dsn, "x")
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2})
@@ -279,7 +279,7 @@ func TestExclusiveNesting(t *testing.T) {
 
 func TestExclusiveStoreClose(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	s := serialStore(t, pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2}))
 	key := lockstore.Key{Namespace: "job", ID: "closing"}
 	entered := make(chan struct{})
@@ -302,7 +302,7 @@ func TestExclusiveStoreClose(t *testing.T) {
 		waiterDone <- err
 	}()
 	id := serialLockID(t, s, key)
-	serialWaitUntil(t, "the waiter is queued", func() bool { return serialQueued(s, id) == 2 })
+	waitFor(t, "the waiter is queued", func() bool { return serialQueued(s, id) == 2 })
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, <-waiterDone, lockstore.ErrClosed)
 	err := <-done

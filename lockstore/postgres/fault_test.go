@@ -83,7 +83,7 @@ func TestTerminatedLockConnection(t *testing.T) {
 		}
 		granted <- l
 	}()
-	waitFor(t, 10*time.Second, "node b polling", func() bool { return lockBackendsHave(ctx, t, admin, victim) })
+	waitFor(t, "node b polling", func() bool { return lockBackendsHave(ctx, t, admin, victim) })
 
 	oldPID := connPIDs(a)[victim.index]
 	start := time.Now()
@@ -114,7 +114,7 @@ func TestTerminatedLockConnection(t *testing.T) {
 
 	// The store reconnects; the lost lock's Release did not free node b's
 	// grant, and node a takes its other lost keys again.
-	waitFor(t, 10*time.Second, "reconnected", func() bool {
+	waitFor(t, "reconnected", func() bool {
 		pid := connPIDs(a)[victim.index]
 		return pid != 0 && pid != oldPID
 	})
@@ -171,7 +171,7 @@ func TestUnlockAnsweredFalseReplacesTheConnection(t *testing.T) {
 	require.ErrorIs(t, err, lockstore.ErrLockLost)
 
 	requireClosedWithin(t, held.Lost(), 5*time.Second, "Lost of a lock on the connection in doubt")
-	waitFor(t, 10*time.Second, "reconnected", func() bool { pid := connPIDs(s)[0]; return pid != 0 && pid != oldPID })
+	waitFor(t, "reconnected", func() bool { pid := connPIDs(s)[0]; return pid != 0 && pid != oldPID })
 	l, err := s.TryLock(ctx, held.Key())
 	require.NoError(t, err, "the key was freed with the closed session")
 	require.NoError(t, l.Release(ctx))
@@ -204,7 +204,7 @@ func TestCancelledCallersLateGrantIsUnlocked(t *testing.T) {
 	}()
 	// Wait until the try-lock waits on the sequence lock (it holds the
 	// advisory lock already), then give up on it.
-	waitFor(t, 10*time.Second, "try-lock blocked on nextval", func() bool {
+	waitFor(t, "try-lock blocked on nextval", func() bool {
 		var n int
 		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, pid).Scan(&n))
 		return n == 1
@@ -216,7 +216,7 @@ func TestCancelledCallersLateGrantIsUnlocked(t *testing.T) {
 
 	// The grant arrives for nobody: the store unlocks it on the same
 	// connection (the caller's cancellation did not close it).
-	waitFor(t, 10*time.Second, "late grant unlocked", func() bool { return len(lockBackends(ctx, t, admin)) == 0 })
+	waitFor(t, "late grant unlocked", func() bool { return len(lockBackends(ctx, t, admin)) == 0 })
 	require.Equal(t, pid, connPIDs(s)[0], "the shared connection survived the caller's cancellation")
 	l, err := s.TryLock(ctx, key)
 	require.NoError(t, err)
@@ -241,7 +241,7 @@ func TestServerRestart(t *testing.T) {
 		requireClosedWithin(t, l.Lost(), 10*time.Second, "Lost when the server stops")
 	}
 	// While the server is down, calls fail fast with ErrUnavailable.
-	waitFor(t, 10*time.Second, "lock connections down", func() bool {
+	waitFor(t, "lock connections down", func() bool {
 		for _, pid := range connPIDs(s) {
 			if pid != 0 {
 				return false
@@ -260,7 +260,7 @@ func TestServerRestart(t *testing.T) {
 	}
 
 	require.NoError(t, cluster.Start(ctx))
-	waitFor(t, 20*time.Second, "lock connections back", func() bool { return allUp(s) })
+	waitFor(t, "lock connections back", func() bool { return allUp(s) })
 	for i := range 10 {
 		l, err := s.TryLock(ctx, lockstore.Key{Namespace: "restart", ID: fmt.Sprint(i)})
 		require.NoError(t, err)
@@ -372,7 +372,7 @@ func TestSilentServerIsNoticedByPing(t *testing.T) {
 	// Meanwhile the store has replaced the connection on a new backend.
 	// Once the old backend runs again it finds its socket closed and exits,
 	// which frees its lock.
-	waitFor(t, 10*time.Second, "reconnected", func() bool { p := connPIDs(s)[0]; return p != 0 && int(p) != pid })
+	waitFor(t, "reconnected", func() bool { p := connPIDs(s)[0]; return p != 0 && int(p) != pid })
 	resume()
 	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

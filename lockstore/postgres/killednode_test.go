@@ -63,7 +63,7 @@ func TestKilledNodeLocksAreFreed(t *testing.T) {
 		}
 		granted <- l
 	}()
-	waitFor(t, 10*time.Second, "the survivor polling", func() bool { return turnTaken(s, helperKey) })
+	waitFor(t, "the survivor polling", func() bool { return turnTaken(s, helperKey) })
 
 	start := time.Now()
 	require.NoError(t, cmd.Process.Kill())

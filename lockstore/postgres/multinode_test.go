@@ -26,10 +26,11 @@ func twoNodes(t *testing.T, cfg Config) (dsn string, a, b *Store) {
 	return dsn, newTestStore(t, pa, cfg), newTestStore(t, pb, cfg)
 }
 
-// waitFor polls cond every millisecond until it holds, failing t after
-// timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// waitFor polls cond every millisecond until it holds, failing t after 20
+// seconds.
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	const timeout = 20 * time.Second
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -148,7 +149,7 @@ func TestTwoNodesFIFOWithinEachNode(t *testing.T) {
 			// On node a the waiters queue behind the holder. On node b the
 			// first one holds the turn and polls the server, the others
 			// queue behind it.
-			waitFor(t, 10*time.Second, "waiter queued", func() bool {
+			waitFor(t, "waiter queued", func() bool {
 				if n == 0 {
 					return s.Waiting(key) == i+1
 				}

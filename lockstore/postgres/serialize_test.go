@@ -53,7 +53,7 @@ func counterValue(ctx context.Context, t *testing.T, q interface {
 
 func TestSerializeMutualExclusionAcrossTwoNodes(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	serialCounterTable(ctx, t, dsn, "storm")
 	nodes := []*Store{
@@ -99,7 +99,7 @@ func TestSerializeMutualExclusionAcrossTwoNodes(t *testing.T) {
 
 func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	serialCounterTable(ctx, t, dsn, "hot")
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "hot-node"})
@@ -146,7 +146,7 @@ func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
 	for range hotCallers - 1 {
 		wg.Go(hotCall)
 	}
-	serialWaitUntil(t, "every hot caller is queued", func() bool { return serialQueued(s, hotID) == hotCallers })
+	waitFor(t, "every hot caller is queued", func() bool { return serialQueued(s, hotID) == hotCallers })
 	require.Equal(t, int32(1), pool.Stat().AcquiredConns(), "the hot key holds more than one pooled connection")
 	granted, waiting := serialLockCount(ctx, t, admin, hotID)
 	require.Equal(t, 1, granted)
@@ -188,7 +188,7 @@ func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
 
 func TestSerializeLocalQueueIsFIFO(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	s := serialStore(t, pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2}))
 	key := lockstore.Key{Namespace: "fifo", ID: "k"}
 	id := serialLockID(t, s, key)
@@ -211,7 +211,7 @@ func TestSerializeLocalQueueIsFIFO(t *testing.T) {
 		errs <- err
 	}
 	wg.Go(func() { run(0, true) })
-	serialWaitUntil(t, "the first caller holds the key", func() bool {
+	waitFor(t, "the first caller holds the key", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == 1
@@ -219,7 +219,7 @@ func TestSerializeLocalQueueIsFIFO(t *testing.T) {
 	const waiters = 20
 	for i := 1; i <= waiters; i++ {
 		wg.Go(func() { run(i, false) })
-		serialWaitUntil(t, "the caller is queued", func() bool { return serialQueued(s, id) == i+1 })
+		waitFor(t, "the caller is queued", func() bool { return serialQueued(s, id) == i+1 })
 	}
 	close(release)
 	wg.Wait()
@@ -236,7 +236,7 @@ func TestSerializeLocalQueueIsFIFO(t *testing.T) {
 
 func TestSerializeNesting(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	var writes serialWrites
 	pool := serialCountingPool(t, dsn, 4, &writes)
@@ -366,7 +366,7 @@ func TestSerializeNesting(t *testing.T) {
 			_, err := Serialize(ctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 			done <- err
 		}()
-		serialWaitUntil(t, "the other caller waits on the server", func() bool {
+		waitFor(t, "the other caller waits on the server", func() bool {
 			_, waiting := serialLockCount(ctx, t, admin, id1)
 			return waiting == 1
 		})
@@ -398,7 +398,7 @@ func TestSerializeNesting(t *testing.T) {
 
 func TestSerializeAfterCommit(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	serialCounterTable(ctx, t, dsn, "c")
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2})
@@ -455,7 +455,7 @@ func TestSerializeAfterCommit(t *testing.T) {
 
 func TestSerializeLockTimeout(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "waiter"})
 	s := serialStore(t, pool)
@@ -510,7 +510,7 @@ func TestSerializeLockTimeout(t *testing.T) {
 			_, err := Serialize(cctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 			done <- err
 		}()
-		serialWaitUntil(t, "the caller waits on the server", func() bool {
+		waitFor(t, "the caller waits on the server", func() bool {
 			_, waiting := serialLockCount(ctx, t, holder, id)
 			return waiting == 1
 		})
@@ -552,7 +552,7 @@ func TestSerializeLockTimeout(t *testing.T) {
 
 func TestSerializeRollback(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	serialCounterTable(ctx, t, dsn, "r")
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2})
@@ -564,7 +564,7 @@ func TestSerializeRollback(t *testing.T) {
 		require.Zero(t, serialQueued(s, id), "the node-local mutex was not released")
 		// A connection in doubt is destroyed, which pgxpool does in the
 		// background.
-		serialWaitUntil(t, "the connection is released", func() bool { return pool.Stat().AcquiredConns() == 0 })
+		waitFor(t, "the connection is released", func() bool { return pool.Stat().AcquiredConns() == 0 })
 		require.Equal(t, 0, counterValue(ctx, t, pool, "r"), "the write was committed")
 	}
 
@@ -631,7 +631,7 @@ func TestSerializeRollback(t *testing.T) {
 
 func TestSerializeBadInput(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2})
 	s := serialStore(t, pool)
 	nop := func(context.Context, pgx.Tx) (int, error) { return 0, nil }
@@ -659,7 +659,7 @@ func TestSerializeBadInput(t *testing.T) {
 
 func TestSerializeClosedStore(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2})
 	s := serialStore(t, pool)
 	key := lockstore.Key{Namespace: "closed", ID: "k"}
@@ -683,7 +683,7 @@ func TestSerializeClosedStore(t *testing.T) {
 		waiterDone <- err
 	}()
 	id := serialLockID(t, s, key)
-	serialWaitUntil(t, "the waiter is queued", func() bool { return serialQueued(s, id) == 2 })
+	waitFor(t, "the waiter is queued", func() bool { return serialQueued(s, id) == 2 })
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, <-waiterDone, lockstore.ErrClosed)
 	close(release)
@@ -697,7 +697,7 @@ func TestSerializeClosedStore(t *testing.T) {
 
 func TestSerializeRoundTrips(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	var writes serialWrites
 	pool := serialCountingPool(t, pgtest.DSN(t), 1, &writes)
 	s := serialStore(t, pool)
@@ -742,7 +742,7 @@ func naiveSerialize(ctx context.Context, pool interface {
 // make a Locker holder that calls Serialize on its key wait for itself.
 func TestSerializeQueueIsNotTheLockers(t *testing.T) {
 	t.Parallel()
-	ctx := serialCtx(t)
+	ctx := testCtx(t)
 	s := serialStore(t, pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2}))
 	key := lockstore.Key{Namespace: "job", ID: "queues"}
 	id := serialLockID(t, s, key)

@@ -19,24 +19,7 @@ import (
 // that Exclusive notices a dead connection quickly.
 func serialStore(t testing.TB, pool *pgxpool.Pool) *Store {
 	t.Helper()
-	return serialStoreWith(t, pool, Config{KeepAlive: 50 * time.Millisecond, Timeout: 5 * time.Second})
-}
-
-// serialStoreWith opens a store with cfg, closed when t ends.
-func serialStoreWith(t testing.TB, pool *pgxpool.Pool, cfg Config) *Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, pool, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	return s
-}
-
-func serialCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	return newTestStore(t, pool, Config{KeepAlive: 50 * time.Millisecond})
 }
 
 // serialWrites counts the writes on every connection of a pool: pgconn
@@ -155,19 +138,6 @@ func serialBackendHolds(ctx context.Context, t testing.TB, q interface {
 			  AND classid::int8 = $2 AND objid::int8 = $3)`,
 		int64(pid), int64(id.Namespace), int64(id.ID)).Scan(&held))
 	return held
-}
-
-// serialWaitUntil polls cond every few milliseconds until it holds, failing t
-// after 20 seconds.
-func serialWaitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func serialLockID(t testing.TB, s *Store, k lockstore.Key) LockID {
