@@ -158,6 +158,14 @@ func (b *bundle) requireLocked(key lockstore.Key) {
 	require.Nil(b.t, l)
 }
 
+// holder returns what Held lists for key now, and whether it lists it.
+func (b *bundle) holder(key lockstore.Key) (lockstore.Holder, bool) {
+	b.t.Helper()
+	hs, err := b.store.Held(b.ctx)
+	require.NoError(b.t, err)
+	return findHolder(hs, key)
+}
+
 // waitUntil polls cond until it holds, failing the test after Timeout.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()

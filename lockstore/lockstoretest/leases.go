@@ -92,9 +92,7 @@ func testExpiryHandsKeyToNextWaiter(b *bundle, advance func(time.Duration)) {
 	require.NoError(b.t, first.Release(b.ctx), "Release of an expired lock")
 	b.requireLocked(key)
 	require.ErrorIs(b.t, refresher(b.t, first).Refresh(b.ctx), lockstore.ErrLockLost)
-	hs, err := b.store.Held(b.ctx)
-	require.NoError(b.t, err)
-	h, ok := findHolder(hs, key)
+	h, ok := b.holder(key)
 	require.True(b.t, ok)
 	require.Equal(b.t, second.Token(), h.Token)
 
@@ -111,9 +109,7 @@ func testExpiryFreesKey(b *bundle, advance func(time.Duration)) {
 	first := b.lockNow(key)
 	advance(leaseTTL)
 	requireClosed(b.t, first.Lost(), "Lost of an expired lease")
-	hs, err := b.store.Held(b.ctx)
-	require.NoError(b.t, err)
-	_, ok := findHolder(hs, key)
+	_, ok := b.holder(key)
 	require.False(b.t, ok, "Held does not list an expired lease")
 
 	second := b.lockNow(key)
