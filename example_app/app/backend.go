@@ -27,9 +27,6 @@ type Backend interface {
 	// serialize runs fn in a transaction that holds key's lock (seed
 	// 003's serialize): one fn at a time per key, on every node.
 	serialize(ctx context.Context, key lockstore.Key, fn txFunc) error
-	// migrate runs the schema statements once, safely when several nodes
-	// start at once.
-	migrate(ctx context.Context, stmts []string) error
 	// isUniqueViolation reports whether err is a unique index refusing a
 	// row: the backstop under the claims.
 	isUniqueViolation(err error) bool

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -53,20 +52,6 @@ func (b pgBackend) serialize(ctx context.Context, key lockstore.Key, fn txFunc) 
 		return struct{}{}, fn(ctx, pgQuerier{tx})
 	})
 	return err
-}
-
-func (b pgBackend) migrate(ctx context.Context, stmts []string) error {
-	// CREATE ... IF NOT EXISTS is not safe when two sessions run it at
-	// once (both may try to insert the same catalog row), so nodes that
-	// start together take turns on an advisory lock.
-	return b.serialize(ctx, lockstore.Key{Namespace: namespaceSchema, ID: schemaVersion}, func(ctx context.Context, q querier) error {
-		for _, s := range stmts {
-			if _, err := q.exec(ctx, s); err != nil {
-				return fmt.Errorf("%s: %w", firstLine(s), err)
-			}
-		}
-		return nil
-	})
 }
 
 func (pgBackend) isUniqueViolation(err error) bool {

@@ -56,19 +56,6 @@ func (b sqliteBackend) serialize(ctx context.Context, key lockstore.Key, fn txFu
 	return err
 }
 
-func (b sqliteBackend) migrate(ctx context.Context, stmts []string) error {
-	// One process writes an SQLite database through a Store (its file lock
-	// says so), so one transaction is enough.
-	return b.tx(ctx, func(ctx context.Context, q querier) error {
-		for _, s := range stmts {
-			if _, err := q.exec(ctx, s); err != nil {
-				return fmt.Errorf("%s: %w", firstLine(s), err)
-			}
-		}
-		return nil
-	})
-}
-
 func (sqliteBackend) isUniqueViolation(err error) bool {
 	var e *moderncsqlite.Error
 	return errors.As(err, &e) &&

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/claimbus/claimbus/lockstore"
 )
 
 // schemaVersion names the schema below; it is the id of the advisory lock
@@ -60,12 +62,23 @@ var schema = []string{
 }
 
 // Migrate creates the example's tables in b's database when they are
-// missing. Several nodes may run it at once.
+// missing. Several nodes may run it at once: CREATE ... IF NOT EXISTS is
+// not safe when two sessions run it together (both may insert the same
+// catalog row), so the statements run in Serialize on the schema's key,
+// one node at a time.
 func Migrate(ctx context.Context, b Backend) error {
 	if b == nil {
 		return fmt.Errorf("app: Migrate: nil Backend")
 	}
-	if err := b.migrate(ctx, schema); err != nil {
+	err := b.serialize(ctx, lockstore.Key{Namespace: namespaceSchema, ID: schemaVersion}, func(ctx context.Context, q querier) error {
+		for _, s := range schema {
+			if _, err := q.exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", firstLine(s), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("app: create the schema: %w", err)
 	}
 	return nil
