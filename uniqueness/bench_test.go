@@ -22,17 +22,9 @@ import (
 // handler that writes nothing.
 func goChannelBus(b *testing.B, mws []middleware.Middleware) *bus.Bus {
 	ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	bb, err := bus.New(bus.Config{Publisher: ps, Subscriber: ps, Middleware: mws})
-	require.NoError(b, err)
-	require.NoError(b, bus.Handle(bb, func(_ context.Context, c *commands.CreateStaff) (string, error) {
-		return c.StaffID, nil
-	}))
-	require.NoError(b, bb.Start(context.Background()))
-	b.Cleanup(func() {
-		require.NoError(b, bb.Close())
-		require.NoError(b, ps.Close())
-	})
-	return bb
+	b.Cleanup(func() { require.NoError(b, ps.Close()) }) // after the bus's Close: cleanups run last first
+	return startBusWith(b, bus.Config{Publisher: ps, Subscriber: ps, Middleware: mws},
+		handler(func(_ context.Context, c *commands.CreateStaff) (string, error) { return c.StaffID, nil }))
 }
 
 // BenchmarkDispatchCreateStaff dispatches CreateStaff commands, each with

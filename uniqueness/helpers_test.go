@@ -113,16 +113,37 @@ func (h *staffHandler) handle(ctx context.Context, c *commands.CreateStaff) (str
 	return c.StaffID, nil
 }
 
-// newBus starts an in-process bus with the given middleware and the
-// CreateStaff handler h, closed when the test ends.
+// newBus starts an in-process bus configured by cfg with the CreateStaff
+// handler h, closed when the test ends.
 func newBus(t testing.TB, cfg bus.Config, h *staffHandler) *bus.Bus {
+	t.Helper()
+	return startBusWith(t, cfg, handler(h.handle))
+}
+
+// startBus starts an in-process bus with mw as its middleware and the
+// handlers, closed when the test ends.
+func startBus(t testing.TB, mw middleware.Middleware, handlers ...func(*bus.Bus) error) *bus.Bus {
+	t.Helper()
+	return startBusWith(t, bus.Config{Middleware: []middleware.Middleware{mw}}, handlers...)
+}
+
+// startBusWith starts a bus configured by cfg with the handlers, closed
+// when the test ends.
+func startBusWith(t testing.TB, cfg bus.Config, handlers ...func(*bus.Bus) error) *bus.Bus {
 	t.Helper()
 	b, err := bus.New(cfg)
 	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, h.handle))
+	for _, register := range handlers {
+		require.NoError(t, register(b))
+	}
 	require.NoError(t, b.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, b.Close()) })
 	return b
+}
+
+// handler is the registration of h on a bus, for startBus.
+func handler[C any](h func(context.Context, *C) (string, error)) func(*bus.Bus) error {
+	return func(b *bus.Bus) error { return bus.Handle(b, h) }
 }
 
 // newUniqueness returns the middleware for cfg, failing the test on error.

@@ -108,9 +108,7 @@ func TestFailedHandlerPassesTheClaimOn(t *testing.T) {
 			first := newGate()
 			var runs atomic.Int64
 			mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-			b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-			require.NoError(t, err)
-			require.NoError(t, bus.Handle(b, func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+			b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
 				runs.Add(1)
 				if c.StaffID == "first" {
 					if err := first.wait(ctx); err != nil {
@@ -123,8 +121,6 @@ func TestFailedHandlerPassesTheClaimOn(t *testing.T) {
 				}
 				return c.StaffID, table.insert(ctx, c.StaffID, uniqueness.NormalizeEmail(c.Email), c.Name)
 			}))
-			require.NoError(t, b.Start(context.Background()))
-			t.Cleanup(func() { require.NoError(t, b.Close()) })
 
 			r1 := dispatchAsync(b, &commands.CreateStaff{StaffID: "first", Email: "ann@x.org", Name: "Ann"})
 			requireClosed(t, first.started, "the first handler's start")
@@ -161,16 +157,12 @@ func TestLookupErrorIsUnavailableAndReleasesEverything(t *testing.T) {
 		uniqueness.Field("username", "account.username", func(c *createAccount) string { return c.Username },
 			func(context.Context, string) (bool, error) { return false, boom }),
 	}})
-	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *createAccount) (string, error) {
+	b := startBus(t, mw, handler(func(ctx context.Context, c *createAccount) (string, error) {
 		runs.Add(1)
 		return c.ID, nil
 	}))
-	require.NoError(t, b.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
 
-	_, err = bus.Dispatch[string](context.Background(), b, &createAccount{ID: "a-1", Email: "ann@x.org", Username: "ann"})
+	_, err := bus.Dispatch[string](context.Background(), b, &createAccount{ID: "a-1", Email: "ann@x.org", Username: "ann"})
 	require.ErrorIs(t, err, middleware.ErrUnavailable)
 	require.NotErrorIs(t, err, middleware.ErrAlreadyTaken)
 	var rej *middleware.Rejection
@@ -233,9 +225,7 @@ func TestRedeliveryWhileTheFirstRunHoldsTheClaimIsDone(t *testing.T) {
 	first := newGate()
 	var runs atomic.Int64
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
 		if runs.Add(1) == 1 {
 			if err := first.wait(ctx); err != nil {
 				return "", err
@@ -243,8 +233,6 @@ func TestRedeliveryWhileTheFirstRunHoldsTheClaimIsDone(t *testing.T) {
 		}
 		return c.StaffID, table.insert(ctx, c.StaffID, uniqueness.NormalizeEmail(c.Email), c.Name)
 	}))
-	require.NoError(t, b.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
 
 	cmd := &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann"}
 	r1 := dispatchAsync(b, cmd)
@@ -322,8 +310,6 @@ func TestTwoFieldsOverlappingStorm(t *testing.T) {
 	accounts := newAccountTable()
 	var duplicates atomic.Int64
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: accountRules(accounts)})
-	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-	require.NoError(t, err)
 	write := func(id, email, username string) (string, error) {
 		if err := accounts.insert(id, uniqueness.NormalizeEmail(email), username); err != nil {
 			duplicates.Add(1)
@@ -331,14 +317,11 @@ func TestTwoFieldsOverlappingStorm(t *testing.T) {
 		}
 		return id, nil
 	}
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *createAccount) (string, error) {
+	b := startBus(t, mw, handler(func(ctx context.Context, c *createAccount) (string, error) {
+		return write(c.ID, c.Email, c.Username)
+	}), handler(func(ctx context.Context, c *renameAccount) (string, error) {
 		return write(c.ID, c.Email, c.Username)
 	}))
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *renameAccount) (string, error) {
-		return write(c.ID, c.Email, c.Username)
-	}))
-	require.NoError(t, b.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
 
 	const total, values = 200, 8
 	type outcome struct {
@@ -408,19 +391,14 @@ func TestScopeIsSharedAcrossCommandTypes(t *testing.T) {
 			table.taken, uniqueness.Normalize(uniqueness.NormalizeEmail)),
 	}})
 	h := &staffHandler{table: table}
-	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, h.handle))
 	var changes atomic.Int64
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *changeStaffEmail) (string, error) {
+	b := startBus(t, mw, handler(h.handle), handler(func(ctx context.Context, c *changeStaffEmail) (string, error) {
 		changes.Add(1)
 		return c.StaffID, nil
 	}))
-	require.NoError(t, b.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
 	ctx := context.Background()
 
-	_, err = bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann"})
+	_, err := bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann"})
 	require.NoError(t, err)
 	_, err = bus.Dispatch[string](ctx, b, &changeStaffEmail{StaffID: "s-2", Email: " ANN@x.org"})
 	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
@@ -440,9 +418,7 @@ func TestClaimTimeout(t *testing.T) {
 	mw := newUniqueness(t, uniqueness.Config{
 		Locker: store, Rules: []uniqueness.Rule{emailRule(table)}, ClaimTimeout: 50 * time.Millisecond,
 	})
-	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
 		if c.StaffID == "first" {
 			if err := first.wait(ctx); err != nil {
 				return "", err
@@ -450,12 +426,10 @@ func TestClaimTimeout(t *testing.T) {
 		}
 		return c.StaffID, table.insert(ctx, c.StaffID, uniqueness.NormalizeEmail(c.Email), c.Name)
 	}))
-	require.NoError(t, b.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
 
 	r1 := dispatchAsync(b, &commands.CreateStaff{StaffID: "first", Email: "ann@x.org", Name: "Ann"})
 	requireClosed(t, first.started, "the first handler's start")
-	_, err = bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "second", Email: "ann@x.org", Name: "Ann"})
+	_, err := bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "second", Email: "ann@x.org", Name: "Ann"})
 	require.ErrorIs(t, err, middleware.ErrTimeout)
 	var rej *middleware.Rejection
 	require.ErrorAs(t, err, &rej)
@@ -477,15 +451,11 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	g := newGate()
 	causes := make(chan error, 1)
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
 		err := g.wait(ctx)
 		causes <- err
 		return "", err
 	}))
-	require.NoError(t, b.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
 
 	r := dispatchAsync(b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann"})
 	requireClosed(t, g.started, "the handler's start")
@@ -655,9 +625,7 @@ func TestClaimTimeoutOnSecondFieldReleasesTheFirst(t *testing.T) {
 	accounts := newAccountTable()
 	first := newGate()
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: accountRules(accounts), ClaimTimeout: 50 * time.Millisecond})
-	b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *createAccount) (string, error) {
+	b := startBus(t, mw, handler(func(ctx context.Context, c *createAccount) (string, error) {
 		if c.ID == "first" {
 			if err := first.wait(ctx); err != nil {
 				return "", err
@@ -665,12 +633,10 @@ func TestClaimTimeoutOnSecondFieldReleasesTheFirst(t *testing.T) {
 		}
 		return c.ID, accounts.insert(c.ID, uniqueness.NormalizeEmail(c.Email), c.Username)
 	}))
-	require.NoError(t, b.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
 
 	r1 := dispatchAsync(b, &createAccount{ID: "first", Email: "ann@x.org", Username: "ann"})
 	requireClosed(t, first.started, "the first handler's start")
-	_, err = bus.Dispatch[string](context.Background(), b, &createAccount{ID: "second", Email: "bob@x.org", Username: "ann"})
+	_, err := bus.Dispatch[string](context.Background(), b, &createAccount{ID: "second", Email: "bob@x.org", Username: "ann"})
 	require.ErrorIs(t, err, middleware.ErrTimeout)
 	var rej *middleware.Rejection
 	require.ErrorAs(t, err, &rej)
