@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -38,11 +37,11 @@ type Store struct {
 	gate chan struct{}
 
 	// mu guards inflight, the Serialize and Exclusive calls running now,
-	// and the moment closed is set: the last call to end after Close
+	// and closed, set when Close begins: the last call to end after Close
 	// releases the file lock.
 	mu        sync.Mutex
 	inflight  int
-	closed    atomic.Bool
+	closed    bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -189,7 +188,7 @@ func (s *Store) CompareKeys(a, b lockstore.Key) int { return s.mem.CompareKeys(a
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
-		s.closed.Store(true)
+		s.closed = true
 		busy := s.inflight > 0
 		s.mu.Unlock()
 		s.closeErr = s.mem.Close()
@@ -206,7 +205,7 @@ func (s *Store) Close() error {
 func (s *Store) enter() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
+	if s.closed {
 		return lockstore.ErrClosed
 	}
 	s.inflight++
@@ -219,7 +218,7 @@ func (s *Store) exit() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight--
-	if s.inflight == 0 && s.closed.Load() {
+	if s.inflight == 0 && s.closed {
 		_ = s.lock.Close() // an unlocked descriptor: nothing to report to
 	}
 }
