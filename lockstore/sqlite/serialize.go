@@ -65,7 +65,7 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if sc := txScopeFor(ctx, s); sc != nil {
 		return fn(ctx, sc.tx)
 	}
-	st, fctx, effects, err := s.begin(ctx, key)
+	st, fctx, err := s.begin(ctx, key)
 	if err != nil {
 		return zero, err
 	}
@@ -79,7 +79,6 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err := st.commit(ctx); err != nil {
 		return zero, err
 	}
-	effects.Run()
 	return v, nil
 }
 
@@ -103,21 +102,22 @@ func (s *Store) precheck(op string, key lockstore.Key, nilFn bool) error {
 
 // serialTxn is one outermost transaction of Serialize.
 type serialTxn struct {
-	s    *Store
-	key  lockstore.Key
-	lock lockstore.Lock // nil inside Exclusive on the same key
-	tx   *sql.Tx
-	done bool
+	s       *Store
+	key     lockstore.Key
+	lock    lockstore.Lock // nil inside Exclusive on the same key
+	tx      *sql.Tx
+	effects *lockstore.Effects
+	done    bool
 }
 
 // begin takes key's lock (unless an enclosing Exclusive holds it), the
 // write gate and a transaction, and returns the ctx fn runs in.
-func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, context.Context, *lockstore.Effects, error) {
+func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, context.Context, error) {
 	st := &serialTxn{s: s, key: key}
 	if !holdsExclusive(ctx, s, key) {
 		l, err := s.mem.Lock(ctx, key)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the lock: %w", key, err)
+			return nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the lock: %w", key, err)
 		}
 		st.lock = l
 	}
@@ -125,18 +125,18 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, conte
 	case s.gate <- struct{}{}:
 	case <-ctx.Done():
 		st.releaseLock()
-		return nil, nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the write gate: %w", key, ctx.Err())
+		return nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the write gate: %w", key, ctx.Err())
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		<-s.gate
 		st.releaseLock()
-		return nil, nil, nil, beginError(ctx, "Serialize", key, err)
+		return nil, nil, beginError(ctx, "Serialize", key, err)
 	}
 	st.tx = tx
 	fctx, effects := lockstore.NewEffects(ctx)
-	fctx = context.WithValue(fctx, txScopeKey{}, &txScope{store: s, tx: tx})
-	return st, fctx, effects, nil
+	st.effects = effects
+	return st, context.WithValue(fctx, txScopeKey{}, &txScope{store: s, tx: tx}), nil
 }
 
 // beginError explains a failed BEGIN IMMEDIATE.
@@ -151,7 +151,8 @@ func beginError(ctx context.Context, op string, key lockstore.Key, err error) er
 	return fmt.Errorf("sqlite: %s %q: begin: %w", op, key, err)
 }
 
-// commit commits unless the lock was lost, then releases.
+// commit commits unless the lock was lost, releases, and runs the effects
+// registered with lockstore.AfterCommit.
 func (st *serialTxn) commit(ctx context.Context) error {
 	if st.lost() {
 		return st.rollback(fmt.Errorf("sqlite: Serialize %q: %w before the commit", st.key, lockstore.ErrLockLost))
@@ -164,6 +165,7 @@ func (st *serialTxn) commit(ctx context.Context) error {
 		}
 		return fmt.Errorf("sqlite: Serialize %q: commit: %w", st.key, err)
 	}
+	st.effects.Run()
 	return nil
 }
 
