@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestExclusiveRunsOnceClusterWide(t *testing.T) {
 	id := serialLockID(t, nodes[0], key)
 	const perNode, rounds = 6, 5
 
-	var inside, maxInside atomic.Int32
+	var inside occupancy
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*perNode*rounds)
 	for _, s := range nodes {
@@ -37,10 +36,7 @@ func TestExclusiveRunsOnceClusterWide(t *testing.T) {
 			wg.Go(func() {
 				for range rounds {
 					_, err := Exclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
-						now := inside.Add(1)
-						defer inside.Add(-1)
-						for m := maxInside.Load(); now > m && !maxInside.CompareAndSwap(m, now); m = maxInside.Load() {
-						}
+						defer inside.enter()()
 						// A session lock, no transaction: each write commits by itself.
 						if conn.PgConn().TxStatus() != 'I' {
 							return 0, errors.New("fn runs inside a transaction")
@@ -68,12 +64,8 @@ func TestExclusiveRunsOnceClusterWide(t *testing.T) {
 			})
 		}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.Equal(t, int32(1), maxInside.Load())
+	requireNoErrors(t, &wg, errs)
+	require.Equal(t, int32(1), inside.most.Load())
 	require.Equal(t, 2*perNode*rounds, counterValue(ctx, t, nodes[0].pool, "job"))
 	granted, waiting := serialLockCount(ctx, t, nodes[0].pool, id)
 	require.Zero(t, granted+waiting, "a lock outlived Exclusive")

@@ -98,11 +98,7 @@ func TestTwoNodesMutualExclusionStorm(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	requireNoErrors(t, &wg, errs)
 	require.Zero(t, overlaps.Load(), "two owners of one key at once, across nodes")
 	require.Zero(t, stale.Load(), "a token not greater than the key's previous one")
 	require.Positive(t, grants[0].Load(), "node a was granted keys")
@@ -164,12 +160,8 @@ func TestTwoNodesFIFOWithinEachNode(t *testing.T) {
 	default:
 	}
 	require.NoError(t, holder.Release(ctx))
-	wg.Wait()
+	requireNoErrors(t, &wg, errs)
 	close(grants)
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
 	next := [2]int{}
 	last := holder.Token()
 	for g := range grants {
@@ -291,11 +283,7 @@ func TestThousandLocksOnConfiguredConnections(t *testing.T) {
 			errs <- err
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	requireNoErrors(t, &wg, errs)
 
 	backends := lockBackends(ctx, t, admin)
 	require.Len(t, backends, 3, "the locks live on the 3 lock connections")

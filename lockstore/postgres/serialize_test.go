@@ -63,7 +63,7 @@ func TestSerializeMutualExclusionAcrossTwoNodes(t *testing.T) {
 	key := lockstore.Key{Namespace: "counter", ID: "storm"}
 	const perNode, rounds = 16, 10
 
-	var inside, maxInside atomic.Int32
+	var inside occupancy
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*perNode*rounds)
 	for _, s := range nodes {
@@ -71,14 +71,7 @@ func TestSerializeMutualExclusionAcrossTwoNodes(t *testing.T) {
 			wg.Go(func() {
 				for range rounds {
 					_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
-						now := inside.Add(1)
-						defer inside.Add(-1)
-						for {
-							m := maxInside.Load()
-							if now <= m || maxInside.CompareAndSwap(m, now) {
-								break
-							}
-						}
+						defer inside.enter()()
 						return increment(ctx, tx, "storm")
 					})
 					if err != nil {
@@ -88,12 +81,8 @@ func TestSerializeMutualExclusionAcrossTwoNodes(t *testing.T) {
 			})
 		}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.Equal(t, int32(1), maxInside.Load(), "two callers were inside at once")
+	requireNoErrors(t, &wg, errs)
+	require.Equal(t, int32(1), inside.most.Load(), "two callers were inside at once")
 	require.Equal(t, 2*perNode*rounds, counterValue(ctx, t, nodes[0].pool, "storm"))
 }
 
@@ -166,19 +155,11 @@ func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
 			otherErrs <- err
 		})
 	}
-	others.Wait()
-	close(otherErrs)
-	for err := range otherErrs {
-		require.NoError(t, err, "another key did not complete while the hot key was held")
-	}
+	requireNoErrors(t, &others, otherErrs, "another key did not complete while the hot key was held")
 	require.Equal(t, hotCallers, serialQueued(s, hotID), "the hot key moved while its holder was blocked")
 
 	close(release)
-	wg.Wait()
-	close(hotErrs)
-	for err := range hotErrs {
-		require.NoError(t, err)
-	}
+	requireNoErrors(t, &wg, hotErrs)
 	require.Equal(t, hotCallers, counterValue(ctx, t, pool, "hot"))
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM counter WHERE id LIKE 'other-%'").Scan(&n))
@@ -222,11 +203,7 @@ func TestSerializeLocalQueueIsFIFO(t *testing.T) {
 		waitFor(t, "the caller is queued", func() bool { return serialQueued(s, id) == i+1 })
 	}
 	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	requireNoErrors(t, &wg, errs)
 	want := make([]int, waiters+1)
 	for i := range want {
 		want[i] = i

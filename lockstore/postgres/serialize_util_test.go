@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,4 +169,27 @@ func queuedWithHolder(q *turnQueue, id LockID) int {
 		return 1
 	}
 	return 1 + len(w.list)
+}
+
+// requireNoErrors waits for wg, then fails t on any error its goroutines
+// sent on errs (buffered to hold them all).
+func requireNoErrors(t testing.TB, wg *sync.WaitGroup, errs chan error, msgAndArgs ...any) {
+	t.Helper()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err, msgAndArgs...)
+	}
+}
+
+// occupancy counts the callers inside a critical section, and the most
+// that were ever inside at once.
+type occupancy struct{ inside, most atomic.Int32 }
+
+// enter counts a caller in; the returned func counts it out.
+func (o *occupancy) enter() (leave func()) {
+	now := o.inside.Add(1)
+	for m := o.most.Load(); now > m && !o.most.CompareAndSwap(m, now); m = o.most.Load() {
+	}
+	return func() { o.inside.Add(-1) }
 }
