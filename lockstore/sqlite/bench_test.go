@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
@@ -15,13 +13,6 @@ import (
 // wraps written by hand: BEGIN IMMEDIATE (the DSN's _txlock) and COMMIT on
 // the same *sql.DB, with the same body. The difference is the cost of the
 // key's lock, the write gate and the context values.
-
-func benchDB(b *testing.B) (*sql.DB, *sqlite.Store) {
-	db, _ := newDB(b)
-	_, err := db.Exec("CREATE TABLE counter (name TEXT PRIMARY KEY, n INTEGER NOT NULL); INSERT INTO counter VALUES ('c', 0)")
-	require.NoError(b, err)
-	return db, newStore(b, db, sqlite.Config{})
-}
 
 // bodies are what the transaction does: nothing (pure overhead), or one
 // read-modify-write.
@@ -36,7 +27,7 @@ var bodies = []struct {
 func BenchmarkSerialize(b *testing.B) {
 	for _, body := range bodies {
 		b.Run(body.name, func(b *testing.B) {
-			_, s := benchDB(b)
+			s, _ := counterStore(b)
 			ctx := context.Background()
 			k := lockstore.Key{Namespace: "bench", ID: "c"}
 			b.ReportAllocs()
@@ -52,7 +43,7 @@ func BenchmarkSerialize(b *testing.B) {
 func BenchmarkBaselineBeginImmediate(b *testing.B) {
 	for _, body := range bodies {
 		b.Run(body.name, func(b *testing.B) {
-			db, _ := benchDB(b)
+			_, db := counterStore(b)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -18,7 +18,7 @@ import (
 )
 
 // counterStore is a store on a fresh database with a counter table.
-func counterStore(t *testing.T) (*sqlite.Store, *sql.DB) {
+func counterStore(t testing.TB) (*sqlite.Store, *sql.DB) {
 	t.Helper()
 	db, _ := newDB(t)
 	_, err := db.Exec("CREATE TABLE counter (name TEXT PRIMARY KEY, n INTEGER NOT NULL)")
@@ -37,21 +37,10 @@ func count(t *testing.T, db *sql.DB, name string) int {
 	return n
 }
 
-// increment is a read-modify-write in two statements: it loses updates
-// unless calls for one name are serialized.
-func increment(ctx context.Context, tx *sql.Tx, name string) (int, error) {
-	var n int
-	err := tx.QueryRowContext(ctx, "SELECT n FROM counter WHERE name = ?", name).Scan(&n)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, err
-	}
-	n++
-	_, err = tx.ExecContext(ctx, "INSERT INTO counter (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = excluded.n", name, n)
-	return n, err
-}
-
-// incrementNoTx is increment in two autocommitted statements.
-func incrementNoTx(ctx context.Context, q sqlite.Querier, name string) (int, error) {
+// increment is a read-modify-write in two statements, in a transaction or
+// (q a *sql.DB) autocommitted one by one: it loses updates unless calls for
+// one name are serialized.
+func increment(ctx context.Context, q sqlite.Querier, name string) (int, error) {
 	var n int
 	err := q.QueryRowContext(ctx, "SELECT n FROM counter WHERE name = ?", name).Scan(&n)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -80,25 +69,22 @@ func TestSerializeMutualExclusion(t *testing.T) {
 				if (g+r)%4 == 0 {
 					i = 1 + (g+r)%2
 				}
+				work := func(ctx context.Context, q sqlite.Querier) (int, error) {
+					if inside[i].Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					defer inside[i].Add(-1)
+					return increment(ctx, q, names[i])
+				}
 				var err error
 				if g%2 == 0 {
 					_, err = sqlite.Serialize(ctx, s, key(names[i]), func(ctx context.Context, tx *sql.Tx) (int, error) {
-						if inside[i].Add(1) != 1 {
-							overlaps.Add(1)
-						}
-						defer inside[i].Add(-1)
-						return increment(ctx, tx, names[i])
+						return work(ctx, tx)
 					})
 				} else {
 					// No transaction: the read and the write commit one by
 					// one, and only the key's lock keeps others out between.
-					_, err = sqlite.Exclusive(ctx, s, key(names[i]), func(ctx context.Context, q sqlite.Querier) (int, error) {
-						if inside[i].Add(1) != 1 {
-							overlaps.Add(1)
-						}
-						defer inside[i].Add(-1)
-						return incrementNoTx(ctx, q, names[i])
-					})
+					_, err = sqlite.Exclusive(ctx, s, key(names[i]), work)
 				}
 				if err != nil {
 					t.Error(err) // not require: FailNow must run on the test's goroutine
