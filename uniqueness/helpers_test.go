@@ -226,3 +226,35 @@ func storm(t *testing.T, buses []*bus.Bus, total, distinct int) *stormResult {
 	wg.Wait()
 	return &res
 }
+
+// stormOnStore runs the seed's storm on one bus whose Uniqueness
+// middleware takes its keys on store and looks emails up in table, where
+// the handler writes, and asserts its outcome (requireStormOutcome).
+func stormOnStore(t *testing.T, store lockstore.Store, table staffTable) {
+	t.Helper()
+	h := &staffHandler{table: table}
+	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
+	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h)
+	requireStormOutcome(t, storm(t, []*bus.Bus{b}, 200, 20), table, h)
+	requireNothingHeld(t, store)
+}
+
+// requireStormOutcome asserts the outcome of a storm of 200 commands over
+// 20 emails handled by handlers writing to table: one command per email
+// succeeded and its handler alone ran, the others were already_taken, and
+// the table's unique index never fired.
+func requireStormOutcome(t *testing.T, res *stormResult, table staffTable, handlers ...*staffHandler) {
+	t.Helper()
+	require.EqualValues(t, 20, res.ok.Load())
+	require.EqualValues(t, 180, res.taken.Load())
+	var runs, duplicates int64
+	for _, h := range handlers {
+		runs += h.runs.Load()
+		duplicates += h.duplicates.Load()
+	}
+	require.EqualValues(t, 20, runs, "exactly one handler run per email")
+	require.Zero(t, duplicates, "the unique index must never fire")
+	n, err := table.count(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+}

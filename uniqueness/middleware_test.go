@@ -21,21 +21,7 @@ import (
 
 func TestStormOnMemory(t *testing.T) {
 	t.Parallel()
-	store := newMemory(t)
-	table := newMemTable()
-	h := &staffHandler{table: table}
-	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h)
-
-	res := storm(t, []*bus.Bus{b}, 200, 20)
-	require.EqualValues(t, 20, res.ok.Load())
-	require.EqualValues(t, 180, res.taken.Load())
-	require.EqualValues(t, 20, h.runs.Load(), "exactly one handler run per email")
-	require.Zero(t, h.duplicates.Load())
-	n, err := table.count(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, 20, n)
-	requireNothingHeld(t, store)
+	stormOnStore(t, newMemory(t), newMemTable())
 }
 
 // gate is a handler's hold: the handler reports that it started, then

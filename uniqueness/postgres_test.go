@@ -100,20 +100,7 @@ func TestStormOnPostgres(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 16})
 	table := newPGTable(t, pool)
-	store := newPGStore(t, pool)
-	h := &staffHandler{table: table}
-	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h)
-
-	res := storm(t, []*bus.Bus{b}, 200, 20)
-	require.EqualValues(t, 20, res.ok.Load())
-	require.EqualValues(t, 180, res.taken.Load())
-	require.EqualValues(t, 20, h.runs.Load())
-	require.Zero(t, h.duplicates.Load(), "the unique index must never fire")
-	n, err := table.count(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, 20, n)
-	requireNothingHeld(t, store)
+	stormOnStore(t, newPGStore(t, pool), table)
 }
 
 // The storm across two nodes: two buses, each with its own pool and
@@ -145,15 +132,7 @@ func TestStormAcrossTwoNodesOnPostgres(t *testing.T) {
 		stores = append(stores, store)
 	}
 
-	res := storm(t, buses, 200, 20)
-	require.EqualValues(t, 20, res.ok.Load())
-	require.EqualValues(t, 180, res.taken.Load())
-	runs := handlers[0].runs.Load() + handlers[1].runs.Load()
-	require.EqualValues(t, 20, runs, "exactly one handler run per email across both nodes")
-	require.Zero(t, handlers[0].duplicates.Load()+handlers[1].duplicates.Load(), "the unique index must never fire")
-	n, err := table.count(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, 20, n)
+	requireStormOutcome(t, storm(t, buses, 200, 20), table, handlers...)
 	for _, s := range stores {
 		requireNothingHeld(t, s)
 	}

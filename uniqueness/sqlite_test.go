@@ -11,10 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
-	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/uniqueness"
 )
 
 // sqlTable is a staffTable on a SQL database through database/sql, with a
@@ -75,18 +72,5 @@ func TestStormOnSQLite(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 
-	table := &sqlTable{db: db, arg: func(int) string { return "?" }}
-	h := &staffHandler{table: table}
-	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
-	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h)
-
-	res := storm(t, []*bus.Bus{b}, 200, 20)
-	require.EqualValues(t, 20, res.ok.Load())
-	require.EqualValues(t, 180, res.taken.Load())
-	require.EqualValues(t, 20, h.runs.Load())
-	require.Zero(t, h.duplicates.Load(), "the unique index must never fire")
-	n, err := table.count(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 20, n)
-	requireNothingHeld(t, store)
+	stormOnStore(t, store, &sqlTable{db: db, arg: func(int) string { return "?" }})
 }
