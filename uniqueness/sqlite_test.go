@@ -14,11 +14,10 @@ import (
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
 
-// sqlTable is a staffTable on a SQL database through database/sql, with a
-// unique index on email as the backstop; arg numbers its placeholders.
+// sqlTable is a staffTable on a SQLite database through database/sql,
+// with a unique index on email as the backstop.
 type sqlTable struct {
-	db  *sql.DB
-	arg func(n int) string
+	db *sql.DB
 }
 
 const staffSchema = `CREATE TABLE staff (
@@ -30,13 +29,13 @@ CREATE UNIQUE INDEX staff_email ON staff (email);`
 
 func (s *sqlTable) taken(ctx context.Context, email string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM staff WHERE email = "+s.arg(1), email).Scan(&n)
+	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM staff WHERE email = ?", email).Scan(&n)
 	return n > 0, err
 }
 
 func (s *sqlTable) owner(ctx context.Context, email string) (string, error) {
 	var id string
-	err := s.db.QueryRowContext(ctx, "SELECT id FROM staff WHERE email = "+s.arg(1), email).Scan(&id)
+	err := s.db.QueryRowContext(ctx, "SELECT id FROM staff WHERE email = ?", email).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -44,8 +43,7 @@ func (s *sqlTable) owner(ctx context.Context, email string) (string, error) {
 }
 
 func (s *sqlTable) insert(ctx context.Context, id, email, name string) error {
-	_, err := s.db.ExecContext(ctx, "INSERT INTO staff (id, email, name) VALUES ("+s.arg(1)+", "+s.arg(2)+", "+s.arg(3)+")",
-		id, email, name)
+	_, err := s.db.ExecContext(ctx, "INSERT INTO staff (id, email, name) VALUES (?, ?, ?)", id, email, name)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return errDuplicate
 	}
@@ -72,5 +70,5 @@ func TestStormOnSQLite(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 
-	stormOnStore(t, store, &sqlTable{db: db, arg: func(int) string { return "?" }})
+	stormOnStore(t, store, &sqlTable{db: db})
 }
