@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,26 +13,8 @@ import (
 )
 
 // The examples need a PostgreSQL server, so they are compiled but not run
-// (they have no Output comment). DATABASE_URL names the database.
-
-// withStore opens a pool and a store, runs fn with them and closes both,
-// returning fn's error: fn returns its errors instead of exiting, so that
-// the store and the pool close on every path.
-func withStore(ctx context.Context, fn func(*postgres.Store, *pgxpool.Pool) error) error {
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	store, err := postgres.New(ctx, pool, postgres.Config{
-		Namespaces: map[string]int32{"lobby": 1},
-	})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	return fn(store, pool)
-}
+// (they have no Output comment). DATABASE_URL names the database: see
+// withStore in example_locker_test.go.
 
 // Serialize a read-modify-write per lobby across every node, and publish
 // the result only once it is committed.
