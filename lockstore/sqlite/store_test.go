@@ -123,13 +123,12 @@ func TestFileLockInProcess(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	db, path := newDB(t)
-	first, err := sqlite.New(ctx, db, sqlite.Config{})
-	require.NoError(t, err)
+	first := newStore(t, db, sqlite.Config{})
 
 	// Another handle on the same file, as a second component of the same
 	// program might open it: its store would have locks of its own.
 	other := openDB(t, testDSN(path, time.Second))
-	_, err = sqlite.New(ctx, other, sqlite.Config{})
+	_, err := sqlite.New(ctx, other, sqlite.Config{})
 	require.ErrorIs(t, err, sqlite.ErrFileLocked)
 	require.ErrorContains(t, err, path+sqlite.LockFileSuffix)
 	_, err = sqlite.New(ctx, db, sqlite.Config{})
@@ -146,16 +145,11 @@ func TestFileLockOutlivesRunningCalls(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	db, path := newDB(t)
-	s, err := sqlite.New(ctx, db, sqlite.Config{})
-	require.NoError(t, err)
 	other := openDB(t, testDSN(path, time.Second))
 
 	for _, op := range []string{"Exclusive", "Serialize"} {
 		t.Run(op, func(t *testing.T) {
-			if op == "Serialize" {
-				s, err = sqlite.New(ctx, db, sqlite.Config{})
-				require.NoError(t, err)
-			}
+			s := newStore(t, db, sqlite.Config{})
 			entered, release := make(chan struct{}), make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
