@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -168,10 +169,7 @@ func Connect(t testing.TB, dsn string, cfg PoolConfig) *pgxpool.Pool {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
-	if cfg.ApplicationName == "" {
-		cfg.ApplicationName = "pgtest"
-	}
-	pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
+	pc.ConnConfig.RuntimeParams["application_name"] = cmp.Or(cfg.ApplicationName, "pgtest")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
