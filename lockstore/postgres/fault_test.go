@@ -52,7 +52,7 @@ func TestTerminatedLockConnection(t *testing.T) {
 	cfg := Config{KeepAlive: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond}
 	pa := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-a"})
 	pb := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-b"})
-	admin := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "admin"})
+	admin := serialAdmin(t, dsn)
 	a := newTestStore(t, pa, cfg)
 	b := newTestStore(t, pb, cfg)
 
@@ -142,7 +142,7 @@ func requireOpen(t *testing.T, ch <-chan struct{}) {
 }
 
 // lockBackendsHave reports whether c's backend holds advisory locks.
-func lockBackendsHave(ctx context.Context, t *testing.T, admin *pgxpool.Pool, c *lockConn) bool {
+func lockBackendsHave(ctx context.Context, t *testing.T, admin *pgx.Conn, c *lockConn) bool {
 	c.mu.Lock()
 	pid := c.pid
 	c.mu.Unlock()
@@ -182,7 +182,7 @@ func TestCancelledCallersLateGrantIsUnlocked(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-c"})
-	admin := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "admin"})
+	admin := serialAdmin(t, dsn)
 	s := newTestStore(t, pool, Config{LockConns: 1})
 	pid := connPIDs(s)[0]
 	key := lockstore.Key{Namespace: "late", ID: "1"}

@@ -48,7 +48,7 @@ func TestNewWithoutCreatePrivilege(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
-	admin := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "admin"})
+	admin := serialAdmin(t, dsn)
 	role := fmt.Sprintf("claimbus_app_%d", time.Now().UnixNano())
 	for _, stmt := range []string{
 		`CREATE ROLE ` + role + ` LOGIN`,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -242,8 +243,8 @@ func TestHeldAcrossNodes(t *testing.T) {
 }
 
 // lockBackends returns the pids of the backends holding advisory locks in
-// the database, with how many each holds, read on an admin pool.
-func lockBackends(ctx context.Context, t *testing.T, admin *pgxpool.Pool) map[uint32]int {
+// the database, with how many each holds, read on an admin connection.
+func lockBackends(ctx context.Context, t *testing.T, admin *pgx.Conn) map[uint32]int {
 	t.Helper()
 	rows, err := admin.Query(ctx, `
 		SELECT pid, count(*) FROM pg_locks
@@ -267,7 +268,7 @@ func TestThousandLocksOnConfiguredConnections(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "node-k"})
-	admin := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "admin"})
+	admin := serialAdmin(t, dsn)
 	s := newTestStore(t, pool, Config{LockConns: 3})
 
 	const n = 1000
@@ -329,7 +330,7 @@ func TestLockConnectionsCarryThePoolsSettings(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	admin := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "admin"})
+	admin := serialAdmin(t, dsn)
 	s := newTestStore(t, pool, Config{Schema: "locks"})
 	require.Equal(t, "node-s", s.Config().Node)
 
