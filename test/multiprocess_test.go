@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/example_app/app"
@@ -20,6 +21,29 @@ import (
 // fires (app.Node.Backstops).
 const backstopLog = "a unique index refused a row the claims should have kept out"
 
+// pair is two example_app processes, nodes a and b, serving on one fresh
+// database, with a pool on that database for the test's own queries and
+// an HTTP client.
+type pair struct {
+	dsn  string
+	a, b *process
+	pool *pgxpool.Pool
+	c    *http.Client
+}
+
+// startPair starts nodes a and b at once, each with its extra flags, and
+// waits until both serve.
+func startPair(t *testing.T, bin string, aFlags, bFlags []string) pair {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	a := startProcess(t, bin, dsn, "a", aFlags...)
+	b := startProcess(t, bin, dsn, "b", bFlags...)
+	a.ready(t)
+	b.ready(t)
+	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "observer"})
+	return pair{dsn: dsn, a: a, b: b, pool: pool, c: newClient(t)}
+}
+
 // Nodes as separate processes of the example_app binary, on one database.
 func TestProcesses(t *testing.T) {
 	t.Parallel()
@@ -31,21 +55,16 @@ func TestProcesses(t *testing.T) {
 	// stops each gracefully.
 	t.Run("storm", func(t *testing.T) {
 		t.Parallel()
-		dsn := pgtest.DSN(t)
-		a := startProcess(t, bin, dsn, "a", "-transport", "postgres")
-		b := startProcess(t, bin, dsn, "b", "-transport", "postgres")
-		a.ready(t)
-		b.ready(t)
-		pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "observer"})
-		c := newClient(t)
+		p := startPair(t, bin, []string{"-transport", "postgres"}, []string{"-transport", "postgres"})
+		a, b, c := p.a, p.b, p.c
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
 
 		out := storm(ctx, c, []string{a.url, b.url}, signups("user", 20, 10), stormConfig{})
-		requireOneRowPerEmail(t, pool, out, 20)
+		requireOneRowPerEmail(t, p.pool, out, 20)
 
 		// A node name is taken while its node lives.
-		dup := startProcess(t, bin, dsn, "a", "-transport", "postgres")
+		dup := startProcess(t, bin, p.dsn, "a", "-transport", "postgres")
 		select {
 		case <-dup.done:
 		case <-time.After(deadline):
@@ -65,13 +84,8 @@ func TestProcesses(t *testing.T) {
 	t.Run("kill while holding a claim", func(t *testing.T) {
 		t.Parallel()
 		const held = "held@example.org"
-		dsn := pgtest.DSN(t)
-		a := startProcess(t, bin, dsn, "a", "-test-hold-email", held)
-		b := startProcess(t, bin, dsn, "b")
-		a.ready(t)
-		b.ready(t)
-		pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "observer"})
-		c := newClient(t)
+		p := startPair(t, bin, []string{"-test-hold-email", held}, nil)
+		a, b, c, pool := p.a, p.b, p.c, p.pool
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
 
@@ -138,13 +152,8 @@ func TestProcesses(t *testing.T) {
 	for _, transport := range []string{"inprocess", "postgres"} {
 		t.Run("kill mid-storm/"+transport, func(t *testing.T) {
 			t.Parallel()
-			dsn := pgtest.DSN(t)
-			a := startProcess(t, bin, dsn, "a", "-transport", transport)
-			b := startProcess(t, bin, dsn, "b", "-transport", transport)
-			a.ready(t)
-			b.ready(t)
-			pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "observer"})
-			c := newClient(t)
+			p := startPair(t, bin, []string{"-transport", transport}, []string{"-transport", transport})
+			a, b, c := p.a, p.b, p.c
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 
@@ -183,7 +192,7 @@ func TestProcesses(t *testing.T) {
 			}
 			require.NotEmpty(t, lost, "node a died in the middle of the storm")
 
-			rows, n := staffRows(t, pool)
+			rows, n := staffRows(t, p.pool)
 			require.Equal(t, 20, n, "one row per address")
 			require.Len(t, rows, 20)
 			for _, up := range ups[:20] {
