@@ -112,11 +112,32 @@ func TestProcesses(t *testing.T) {
 		}()
 		eventually(t, func() bool { return heldBy("a") }, "node a holds the claim on %s", held)
 
-		// Node b wants the same address: it cannot answer while a holds it.
+		// lastTry is when node b's lock connections (named b, as its pool
+		// is) last began a round trip (their query tries or ends advisory
+		// locks). Once b is up, the only lock it asks for is the claim on
+		// the address, and it ends none while a holds that claim.
+		lastTry := func() time.Time {
+			var at time.Time
+			require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(max(query_start), 'epoch') FROM pg_stat_activity
+				WHERE application_name = 'b' AND query LIKE '%pg_try_advisory_lock%'`).Scan(&at))
+			return at
+		}
+
+		// Node b wants the same address: it tries the claim again and
+		// again, and cannot answer, while a holds it.
+		before := lastTry()
 		bAnswer := make(chan answer, 1)
 		go func() {
 			bAnswer <- post(ctx, c, b.url+"/staff", signup{StaffID: "held-b", Email: "Held@Example.org", Name: "Held B"})
 		}()
+		var firstTry time.Time
+		eventually(t, func() bool {
+			at := lastTry()
+			if firstTry.IsZero() && at.After(before) {
+				firstTry = at
+			}
+			return !firstTry.IsZero() && at.After(firstTry)
+		}, "node b tries the claim on %s twice", held)
 		require.True(t, heldBy("a"))
 		select {
 		case ans := <-bAnswer:
