@@ -172,36 +172,9 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	sh.mu.Unlock()
 
 	lk, err := c.lock(ctx, key, settled, wait)
-	var cl *Claim
-	if err == nil {
-		cl = &Claim{claimer: c, sh: sh, st: st, key: key, lock: lk, taken: taken}
-	}
-
-	sh.mu.Lock()
-	st.waiting--
-	var lostFunc func()
-	if err == nil {
-		if prev := st.holder; prev != nil {
-			// The previous holder never released: its lock was lost.
-			lostFunc = c.lost.take(prev)
-		}
-		st.holder = cl
-	}
-	if err == nil && st.gen != gen {
-		// Settled as taken while this claimant waited; it was granted before
-		// it saw the settle.
-		st.holder = nil
-		sh.leave(key, st)
-		sh.mu.Unlock()
-		if lostFunc != nil {
-			lostFunc()
-		}
-		if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil {
-			return nil, errors.Join(ErrAlreadyTaken, fmt.Errorf("uniqueness: release %s: %w", key, rerr))
-		}
-		return nil, ErrAlreadyTaken
-	}
 	if err != nil {
+		sh.mu.Lock()
+		st.waiting--
 		sh.leave(key, st)
 		sh.mu.Unlock()
 		if settled != nil && settled.Err() != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
@@ -209,9 +182,33 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		}
 		return nil, fmt.Errorf("uniqueness: claim %s: %w", key, err)
 	}
+	cl := &Claim{claimer: c, sh: sh, st: st, key: key, lock: lk, taken: taken}
+
+	sh.mu.Lock()
+	st.waiting--
+	var lostFunc func()
+	if prev := st.holder; prev != nil {
+		// The previous holder never released: its lock was lost.
+		lostFunc = c.lost.take(prev)
+	}
+	// Settled as taken while this claimant waited: it was granted before it
+	// saw the settle.
+	stale := st.gen != gen
+	if stale {
+		st.holder = nil
+		sh.leave(key, st)
+	} else {
+		st.holder = cl
+	}
 	sh.mu.Unlock()
 	if lostFunc != nil {
 		lostFunc()
+	}
+	if stale {
+		if rerr := cl.releaseLock(context.WithoutCancel(ctx)); rerr != nil {
+			return nil, errors.Join(ErrAlreadyTaken, rerr)
+		}
+		return nil, ErrAlreadyTaken
 	}
 
 	isTaken, lerr := lookup(ctx, taken)
@@ -359,9 +356,9 @@ func (cl *Claim) Release(ctx context.Context) error {
 }
 
 // release forgets the claim, settling the key as taken first when
-// settleTaken is set, then releases the lock.
+// settleTaken is set, then releases the lock. It runs once per claim:
+// after Release's check of done, or in claim for a claim never handed out.
 func (cl *Claim) release(ctx context.Context, settleTaken bool) error {
-	cl.done.Store(true)
 	cl.sh.mu.Lock()
 	if settleTaken {
 		cl.st.settle()
