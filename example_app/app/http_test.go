@@ -25,8 +25,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// sqliteNode starts a node on a fresh SQLite database, served by httptest.
-func sqliteNode(t *testing.T) (*app.Node, *sqlite.Store, string) {
+// sqliteNode starts a node configured by cfg on a fresh SQLite database
+// (its Backend), served by httptest.
+func sqliteNode(t *testing.T, cfg app.Config) (*app.Node, *sqlite.Store, string) {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "app.db"), 0))
@@ -35,7 +36,8 @@ func sqliteNode(t *testing.T) (*app.Node, *sqlite.Store, string) {
 	store, err := sqlite.New(ctx, db, sqlite.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	node, err := app.New(ctx, app.Config{Backend: app.SQLiteBackend(store), Name: "test"})
+	cfg.Backend = app.SQLiteBackend(store)
+	node, err := app.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, node.Close()) })
 	srv := httptest.NewServer(node.Handler())
@@ -72,7 +74,7 @@ func call(t *testing.T, method, url string, body any) (int, map[string]any) {
 // The HTTP API answers each outcome with its status and a structured body.
 func TestHTTPAPI(t *testing.T) {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
-	node, store, url := sqliteNode(t)
+	node, store, url := sqliteNode(t, app.Config{Name: "test"})
 
 	type want struct {
 		status int
@@ -163,25 +165,12 @@ func TestHTTPAPI(t *testing.T) {
 // A command that outlives the request timeout is answered 504.
 func TestHTTPTimeout(t *testing.T) {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
-	ctx := context.Background()
-	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "app.db"), 0))
-	require.NoError(t, err)
-	defer db.Close()
-	store, err := sqlite.New(ctx, db, sqlite.Config{})
-	require.NoError(t, err)
-	defer store.Close()
 	release := make(chan struct{})
 	slow := middleware.Hooks{Before: func(ctx context.Context, p *middleware.Pipeline) { <-release }}
-	node, err := app.New(ctx, app.Config{
-		Backend: app.SQLiteBackend(store), Middleware: []middleware.Middleware{slow}, RequestTimeout: 50 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	defer node.Close()
-	srv := httptest.NewServer(node.Handler())
-	defer srv.Close()
-	defer close(release)
+	_, _, url := sqliteNode(t, app.Config{Middleware: []middleware.Middleware{slow}, RequestTimeout: 50 * time.Millisecond})
+	defer close(release) // before the cleanups close the node, which waits for the command
 
-	status, body := call(t, "POST", srv.URL+"/staff", map[string]string{"staff_id": "s-1", "email": "a@b.org", "name": "A"})
+	status, body := call(t, "POST", url+"/staff", map[string]string{"staff_id": "s-1", "email": "a@b.org", "name": "A"})
 	require.Equal(t, http.StatusGatewayTimeout, status)
 	require.Equal(t, "timeout", body["code"])
 }
