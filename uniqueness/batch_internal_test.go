@@ -18,6 +18,23 @@ func (b *batcher) waiting() int {
 	return len(b.next.values)
 }
 
+// lookupResult is what a lookup started with startLookup ends with.
+type lookupResult struct {
+	taken bool
+	err   error
+}
+
+// startLookup looks v up on b in a goroutine and returns where its result
+// arrives.
+func startLookup(ctx context.Context, b *batcher, v string) <-chan lookupResult {
+	ch := make(chan lookupResult, 1)
+	go func() {
+		taken, err := b.lookup(ctx, v)
+		ch <- lookupResult{taken, err}
+	}()
+	return ch
+}
+
 // Lookups arriving while a call runs wait and go together in the next
 // call; each gets its own answer.
 func TestBatchedCoalescesWaitingLookups(t *testing.T) {
@@ -34,18 +51,6 @@ func TestBatchedCoalescesWaitingLookups(t *testing.T) {
 		}
 		return out, nil
 	}}
-	type result struct {
-		taken bool
-		err   error
-	}
-	lookup := func(v string) <-chan result {
-		ch := make(chan result, 1)
-		go func() {
-			t, err := b.lookup(context.Background(), v)
-			ch <- result{t, err}
-		}()
-		return ch
-	}
 	call := func() []string {
 		select {
 		case v := <-started:
@@ -56,16 +61,16 @@ func TestBatchedCoalescesWaitingLookups(t *testing.T) {
 		}
 	}
 
-	first := lookup("a@x.org")
+	first := startLookup(context.Background(), b, "a@x.org")
 	require.Equal(t, []string{"a@x.org"}, call(), "an uncontended lookup is sent at once, alone")
-	rest := map[string]<-chan result{}
+	rest := map[string]<-chan lookupResult{}
 	for _, v := range []string{"b@x.org", "c@x.org", "d@x.org"} {
-		rest[v] = lookup(v)
+		rest[v] = startLookup(context.Background(), b, v)
 	}
 	require.Eventually(t, func() bool { return b.waiting() == 3 }, waitFor, time.Millisecond)
 	require.Empty(t, started, "no second call while the first runs")
 	release <- struct{}{}
-	require.Equal(t, result{false, nil}, <-first)
+	require.Equal(t, lookupResult{false, nil}, <-first)
 	require.ElementsMatch(t, []string{"b@x.org", "c@x.org", "d@x.org"}, call(), "the waiting lookups go in one call")
 	release <- struct{}{}
 	for v, ch := range rest {
@@ -87,24 +92,12 @@ func TestBatchedWaiterLeavesOnItsContext(t *testing.T) {
 		<-release
 		return []bool{true, true, true}[:len(values)], nil
 	}}
-	type result struct {
-		taken bool
-		err   error
-	}
-	lookup := func(ctx context.Context, v string) <-chan result {
-		ch := make(chan result, 1)
-		go func() {
-			t, err := b.lookup(ctx, v)
-			ch <- result{t, err}
-		}()
-		return ch
-	}
 	ctx := context.Background()
-	first := lookup(ctx, "a@x.org")
+	first := startLookup(ctx, b, "a@x.org")
 	<-calls
 	wctx, cancel := context.WithCancel(ctx)
-	leaving := lookup(wctx, "c@x.org")
-	staying := lookup(ctx, "b@x.org")
+	leaving := startLookup(wctx, b, "c@x.org")
+	staying := startLookup(ctx, b, "b@x.org")
 	require.Eventually(t, func() bool { return b.waiting() == 2 }, waitFor, time.Millisecond)
 	cancel()
 	require.ErrorIs(t, (<-leaving).err, context.Canceled)
