@@ -115,6 +115,13 @@ func receive(t *testing.T, ch <-chan claimResult) claimResult {
 	}
 }
 
+// requireStoreWaiting waits until n claimants wait for k in store.
+func requireStoreWaiting(t *testing.T, store *lockstore.Memory, k lockstore.Key, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return store.Waiting(k) == n }, waitFor, time.Millisecond,
+		"want %d waiting for %s in the store", n, k)
+}
+
 func requireWaiting(t *testing.T, c *Claimer, k lockstore.Key, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return c.waiting(k) == n }, waitFor, time.Millisecond,
@@ -256,7 +263,7 @@ func TestReleaseWithoutWritePassesTheTurnOn(t *testing.T) {
 	first, err := c.Claim(ctx, k, tb.taken("ann@x.org"))
 	require.NoError(t, err)
 	second := startClaim(ctx, c, k, tb.taken("ann@x.org"))
-	require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+	requireStoreWaiting(t, store, k, 1)
 	third := startClaim(ctx, c, k, tb.taken("ann@x.org"))
 	requireWaiting(t, c, k, 2)
 
@@ -314,7 +321,7 @@ func TestClaimantsTakeTurnsFirstComeFirstServed(t *testing.T) {
 	results := make([]<-chan claimResult, n)
 	for i := range results {
 		results[i] = startClaim(ctx, c, k, notTaken)
-		require.Eventually(t, func() bool { return store.Waiting(k) == i+1 }, waitFor, time.Millisecond)
+		requireStoreWaiting(t, store, k, i+1)
 	}
 	require.NoError(t, first.Release(ctx))
 	for i, ch := range results {
@@ -342,7 +349,7 @@ func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	waiter := startClaim(wctx, c, k, tb.taken("ann@x.org"))
-	require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+	requireStoreWaiting(t, store, k, 1)
 	cancel()
 	r := receive(t, waiter)
 	require.ErrorIs(t, r.err, context.Canceled)
@@ -392,9 +399,9 @@ func TestLostClaimPassesOn(t *testing.T) {
 			holder, err := c.Claim(ctx, k, tb.taken("ann@x.org"))
 			require.NoError(t, err)
 			second := startClaim(ctx, c, k, tb.taken("ann@x.org"))
-			require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+			requireStoreWaiting(t, store, k, 1)
 			third := startClaim(ctx, c, k, tb.taken("ann@x.org"))
-			require.Eventually(t, func() bool { return store.Waiting(k) == 2 }, waitFor, time.Millisecond)
+			requireStoreWaiting(t, store, k, 2)
 			if wrote {
 				require.True(t, tb.insert("ann@x.org"))
 			}
@@ -538,7 +545,7 @@ func TestWatchLost(t *testing.T) {
 		lost := newLostCause()
 		c.watchLost(holder, lost.cancel)
 		next := startClaim(ctx, c, k, notTaken)
-		require.Eventually(t, func() bool { return store.Waiting(k) == 1 }, waitFor, time.Millisecond)
+		requireStoreWaiting(t, store, k, 1)
 		clock.Advance(ttl)
 		r := receive(t, next)
 		require.NoError(t, r.err)
