@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,10 +51,13 @@ func TestBatchedErrorsAndPanics(t *testing.T) {
 // fewer than lookups.
 func TestBatchedStorm(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int64
+	const lookups = 500
+	var calls, entered atomic.Int64
+	allIn := make(chan struct{})
 	f := uniqueness.Batched(func(_ context.Context, values []string) ([]bool, error) {
-		calls.Add(1)
-		time.Sleep(time.Millisecond) // a query's round trip, so that lookups pile up
+		if calls.Add(1) == 1 {
+			<-allIn // the first query is in flight until every lookup has started
+		}
 		out := make([]bool, len(values))
 		for i, v := range values {
 			out[i] = len(v)%2 == 0
@@ -63,13 +65,15 @@ func TestBatchedStorm(t *testing.T) {
 		return out, nil
 	})
 	ctx := context.Background()
-	const lookups = 500
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range lookups {
 		v := fmt.Sprintf("user%d@x.org", i)
 		wg.Go(func() {
 			<-start
+			if entered.Add(1) == lookups {
+				close(allIn)
+			}
 			taken, err := f(ctx, v)
 			if assertNoErr(t, err) && taken != (len(v)%2 == 0) {
 				t.Errorf("%s: taken=%v", v, taken)
