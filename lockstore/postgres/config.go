@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -116,10 +117,10 @@ func (c Config) Validate() error {
 	if c.LockConns < 0 || c.LockConns > MaxLockConns {
 		errs = append(errs, fmt.Errorf("postgres: Config.LockConns is %d, want 0 (default %d) to %d", c.LockConns, DefaultLockConns, MaxLockConns))
 	}
-	if len(c.Schema) > maxIdentifierLen || !utf8.ValidString(c.Schema) || containsNUL(c.Schema) {
+	if len(c.Schema) > maxIdentifierLen || !utf8.ValidString(c.Schema) || strings.IndexByte(c.Schema, 0) >= 0 {
 		errs = append(errs, fmt.Errorf("postgres: Config.Schema %.70q is not a valid identifier (at most %d bytes of UTF-8, no NUL)", c.Schema, maxIdentifierLen))
 	}
-	if !utf8.ValidString(c.Node) || containsNUL(c.Node) {
+	if !utf8.ValidString(c.Node) || strings.IndexByte(c.Node, 0) >= 0 {
 		errs = append(errs, errors.New("postgres: Config.Node is not valid UTF-8 without NUL"))
 	}
 	for _, d := range []struct {
@@ -139,15 +140,6 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("postgres: Config.MaxBatch is %d, want 0 (default %d) to %d", c.MaxBatch, DefaultMaxBatch, MaxBatchLimit))
 	}
 	return errors.Join(errs...)
-}
-
-func containsNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // withDefaults fills the zero fields of a valid c. applicationName is the
