@@ -126,18 +126,17 @@ type afterRun struct {
 
 	begun       bool // the after hooks have begun
 	failed      bool
-	next        int // the next after hook to run, counted down
-	actx        context.Context
-	cancel      context.CancelFunc
-	finalCalled bool // final was called
-	complete    bool // finish returned
+	next        int        // the next after hook to run, counted down
+	actx        releaseCtx // the after hooks' context
+	finalCalled bool       // final was called
+	complete    bool       // finish returned
 }
 
 // finish runs the after hooks in reverse order, then final.
 func (a *afterRun) finish() {
 	if !a.begun {
 		a.begun = true
-		a.actx, a.cancel = context.WithTimeout(context.WithoutCancel(a.ctx), a.r.releaseTimeout)
+		a.actx.init(a.ctx, a.r.releaseTimeout)
 		a.failed = a.p.err != nil || a.p.halted
 		a.next = a.started - 1
 	}
@@ -146,9 +145,9 @@ func (a *afterRun) finish() {
 		a.next--
 		var perr error
 		if a.failed {
-			perr = guard("AfterFailure", func() { m.AfterFailure(a.actx, a.p) })
+			perr = guard("AfterFailure", func() { m.AfterFailure(&a.actx, a.p) })
 		} else {
-			perr = guard("AfterDispatch", func() { m.AfterDispatch(a.actx, a.p) })
+			perr = guard("AfterDispatch", func() { m.AfterDispatch(&a.actx, a.p) })
 		}
 		if perr != nil {
 			a.p.fail(perr)
@@ -157,10 +156,10 @@ func (a *afterRun) finish() {
 	if !a.finalCalled {
 		a.finalCalled = true
 		if a.final != nil {
-			a.final(withPipeline(a.actx, a.p))
+			a.final(withPipeline(&a.actx, a.p))
 		}
 	}
-	a.cancel()
+	a.actx.end()
 	a.complete = true
 }
 

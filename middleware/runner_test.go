@@ -481,3 +481,39 @@ func TestRunnerGoexit(t *testing.T) {
 		})
 	}
 }
+
+// The after hooks' context ends at the release timeout for a hook that
+// waits on it, and is cancelled (its timer stopped) once the run is over.
+func TestRunnerAfterContextEnds(t *testing.T) {
+	t.Parallel()
+	kept := make(chan context.Context, 2)
+	waiting := middleware.Hooks{AfterSuccess: func(ctx context.Context, _ *middleware.Pipeline) {
+		<-ctx.Done() // ends at the release timeout
+		kept <- ctx
+	}}
+	idle := middleware.Hooks{AfterSuccess: func(ctx context.Context, _ *middleware.Pipeline) {
+		kept <- ctx // never waited on: no timer, cancelled all the same
+	}}
+	r, err := middleware.NewRunner(middleware.RunnerConfig{
+		Middleware:     []middleware.Middleware{waiting, idle},
+		ReleaseTimeout: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	_, err = r.Run(context.Background(), middleware.NewPipeline(context.Background(), nil), noopHandler)
+	require.NoError(t, err)
+	idleCtx, waitingCtx := <-kept, <-kept
+	require.ErrorIs(t, waitingCtx.Err(), context.DeadlineExceeded)
+	require.ErrorIs(t, idleCtx.Err(), context.DeadlineExceeded, "the same context for every hook")
+
+	r, err = middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{idle}, ReleaseTimeout: time.Hour})
+	require.NoError(t, err)
+	_, err = r.Run(context.Background(), middleware.NewPipeline(context.Background(), nil), noopHandler)
+	require.NoError(t, err)
+	ctx := <-kept
+	require.ErrorIs(t, ctx.Err(), context.Canceled, "the run is over an hour before the deadline")
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("Done is open after the run")
+	}
+}
