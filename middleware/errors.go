@@ -5,11 +5,11 @@ import (
 	"fmt"
 )
 
-// PanicError is a panic recovered from a hook or a handler; it becomes the
-// command's error.
+// PanicError is a panic recovered from a hook, a handler, a ResultFunc or
+// a command decoder; it becomes the command's error.
 type PanicError struct {
 	// Where names what panicked: "BeforeDispatch", "handler",
-	// "AfterDispatch" or "AfterFailure".
+	// "AfterDispatch", "AfterFailure", "ResultFunc" or "command decoder".
 	Where string
 	// Value is what was passed to panic.
 	Value any

@@ -140,11 +140,10 @@ func (r *Registry) Decode(msg *message.Message) (string, any, error) {
 // unmarshal decodes msg into cmd. A command's decoder is user code: its
 // panic is an error, so that the message is rejected as undecodable rather
 // than nacked by a Recoverer and redelivered forever.
-func (r *Registry) unmarshal(msg *message.Message, cmd any) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v", v)
-		}
-	}()
-	return r.marshaler.Unmarshal(msg, cmd)
+func (r *Registry) unmarshal(msg *message.Message, cmd any) error {
+	var err error
+	if perr := guard("command decoder", func() { err = r.marshaler.Unmarshal(msg, cmd) }); perr != nil {
+		return perr
+	}
+	return err
 }

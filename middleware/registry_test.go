@@ -94,6 +94,10 @@ func TestRegistry(t *testing.T) {
 		require.Nil(t, cmd)
 		require.ErrorIs(t, err, middleware.ErrUndecodable)
 		require.ErrorContains(t, err, "decoder boom")
+		var perr *middleware.PanicError
+		require.ErrorAs(t, err, &perr)
+		require.Equal(t, "command decoder", perr.Where)
+		require.NotEmpty(t, perr.Stack)
 	})
 }
 
