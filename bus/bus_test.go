@@ -371,6 +371,7 @@ func TestDecoderPanic(t *testing.T) {
 			_, err := bus.Dispatch[int](context.Background(), b, &Panicky{})
 			require.ErrorIs(t, err, middleware.ErrInvalid)
 			require.ErrorContains(t, err, "decoder boom")
+			require.ErrorContains(t, err, "panic in command decoder")
 			got, err := bus.Dispatch[string](context.Background(), b, &Echo{Text: "alive"})
 			require.NoError(t, err)
 			require.Equal(t, "alive", got)
@@ -399,6 +400,7 @@ func TestResultEncoderPanic(t *testing.T) {
 			var remote *middleware.RemoteError
 			require.ErrorAs(t, err, &remote)
 			require.Contains(t, remote.Message, "encoder boom")
+			require.Contains(t, remote.Message, "panic in result encoder")
 		})
 	}
 }

@@ -97,5 +97,9 @@ func (b *Bus) process(msg *message.Message) (r reply, poison string) {
 // decode unmarshals msg into cmd. A command's decoder is user code, as a
 // handler is: its panic is an error, not the end of the process.
 func (b *Bus) decode(msg *message.Message, cmd any) error {
-	return recovered(func() error { return b.cfg.Marshaler.Unmarshal(msg, cmd) })
+	var err error
+	if perr := middleware.Recover("command decoder", func() { err = b.cfg.Marshaler.Unmarshal(msg, cmd) }); perr != nil {
+		return perr
+	}
+	return err
 }

@@ -53,23 +53,10 @@ func encodeReply(name string, res any, err error) reply {
 // marshalResult encodes a handler's result. Its MarshalJSON is user code,
 // as the handler is: a panic there is an error, not the end of the process.
 func marshalResult(res any) (b []byte, err error) {
-	err = recovered(func() (err error) {
-		b, err = json.Marshal(res)
-		return err
-	})
+	if perr := middleware.Recover("result encoder", func() { b, err = json.Marshal(res) }); perr != nil {
+		return nil, perr
+	}
 	return b, err
-}
-
-// recovered calls f and returns its error, or its panic as an error: for
-// the user code the bus calls outside the runner (command decoders, result
-// encoders).
-func recovered(f func() error) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v", v)
-		}
-	}()
-	return f()
 }
 
 // decodeReply returns the outcome a reply carries, the result decoded into

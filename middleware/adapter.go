@@ -68,7 +68,7 @@ func (o outcome) result(ctx context.Context, msg *message.Message, res any, err 
 		return nil
 	}
 	var rerr error
-	if perr := guard("ResultFunc", func() { rerr = o.onResult(ctx, msg, res, err) }); perr != nil {
+	if perr := Recover("ResultFunc", func() { rerr = o.onResult(ctx, msg, res, err) }); perr != nil {
 		return perr
 	}
 	return rerr

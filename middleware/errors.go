@@ -3,13 +3,16 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 )
 
-// PanicError is a panic recovered from a hook, a handler, a ResultFunc or
-// a command decoder; it becomes the command's error.
+// PanicError is a panic recovered from a hook, a handler, a ResultFunc, a
+// command decoder or other user code (see Recover); it becomes the
+// command's error.
 type PanicError struct {
 	// Where names what panicked: "BeforeDispatch", "handler",
-	// "AfterDispatch", "AfterFailure", "ResultFunc" or "command decoder".
+	// "AfterDispatch", "AfterFailure", "ResultFunc", "command decoder", or
+	// what the caller of Recover named.
 	Where string
 	// Value is what was passed to panic.
 	Value any
@@ -20,6 +23,21 @@ type PanicError struct {
 // Error returns a one-line description without the stack.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("middleware: panic in %s: %v", e.Where, e.Value)
+}
+
+// Recover calls f and returns its panic, if any, as a *PanicError naming
+// where; it returns nil when f returns. It is how the runner calls hooks and
+// handlers; code that calls user code outside a run (a decoder, an encoder,
+// a lookup) uses it so that a panic there is an error too, not the end of
+// the process.
+func Recover(where string, f func()) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Where: where, Value: v, Stack: debug.Stack()}
+		}
+	}()
+	f()
+	return nil
 }
 
 // Unwrap returns the panic value when it is an error.

@@ -142,7 +142,7 @@ func (r *Registry) Decode(msg *message.Message) (string, any, error) {
 // than nacked by a Recoverer and redelivered forever.
 func (r *Registry) unmarshal(msg *message.Message, cmd any) error {
 	var err error
-	if perr := guard("command decoder", func() { err = r.marshaler.Unmarshal(msg, cmd) }); perr != nil {
+	if perr := Recover("command decoder", func() { err = r.marshaler.Unmarshal(msg, cmd) }); perr != nil {
 		return perr
 	}
 	return err

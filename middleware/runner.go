@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 )
 
@@ -96,7 +95,7 @@ func (r *Runner) run(ctx context.Context, p *Pipeline, h HandlerFunc, final func
 	defer a.goexit()
 	for _, m := range r.mws {
 		a.started++
-		if perr := guard("BeforeDispatch", func() { m.BeforeDispatch(ctx, p) }); perr != nil {
+		if perr := Recover("BeforeDispatch", func() { m.BeforeDispatch(ctx, p) }); perr != nil {
 			p.fail(perr)
 			break
 		}
@@ -145,9 +144,9 @@ func (a *afterRun) finish() {
 		a.next--
 		var perr error
 		if a.failed {
-			perr = guard("AfterFailure", func() { m.AfterFailure(&a.actx, a.p) })
+			perr = Recover("AfterFailure", func() { m.AfterFailure(&a.actx, a.p) })
 		} else {
-			perr = guard("AfterDispatch", func() { m.AfterDispatch(&a.actx, a.p) })
+			perr = Recover("AfterDispatch", func() { m.AfterDispatch(&a.actx, a.p) })
 		}
 		if perr != nil {
 			a.p.fail(perr)
@@ -186,7 +185,7 @@ func (r *Runner) handle(ctx context.Context, p *Pipeline, h HandlerFunc) {
 	hctx = withPipeline(hctx, p)
 	var res any
 	var err error
-	if perr := guard("handler", func() { res, err = h(hctx, p) }); perr != nil {
+	if perr := Recover("handler", func() { res, err = h(hctx, p) }); perr != nil {
 		p.fail(perr)
 		return
 	}
@@ -203,16 +202,5 @@ func doneCtx(ctx context.Context) context.Context {
 	if ctx.Err() != nil {
 		return ctx
 	}
-	return nil
-}
-
-// guard runs f and returns its panic, if any, as a *PanicError.
-func guard(where string, f func()) (perr error) {
-	defer func() {
-		if v := recover(); v != nil {
-			perr = &PanicError{Where: where, Value: v, Stack: debug.Stack()}
-		}
-	}()
-	f()
 	return nil
 }

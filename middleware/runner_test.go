@@ -517,3 +517,19 @@ func TestRunnerAfterContextEnds(t *testing.T) {
 		t.Fatal("Done is open after the run")
 	}
 }
+
+func TestRecover(t *testing.T) {
+	t.Parallel()
+	ran := false
+	require.NoError(t, middleware.Recover("f", func() { ran = true }))
+	require.True(t, ran)
+
+	err := middleware.Recover("lookup", func() { panic(errHandler) })
+	var perr *middleware.PanicError
+	require.ErrorAs(t, err, &perr)
+	require.Equal(t, "lookup", perr.Where)
+	require.Equal(t, errHandler, perr.Value)
+	require.Contains(t, string(perr.Stack), "TestRecover")
+	require.ErrorIs(t, err, errHandler, "an error panic value unwraps")
+	require.EqualError(t, err, "middleware: panic in lookup: "+errHandler.Error())
+}
