@@ -135,21 +135,13 @@ func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string
 	}
 	job := func() {
 		defer b.inflight.Done()
-		var r reply
-		var poison string
-		processed := false
-		defer func() { // deferred: a handler may end the goroutine (runtime.Goexit)
-			if !processed {
-				r = goexitReply(msg)
-			}
+		b.processThen(msg, func(r reply, poison string) {
 			if done != nil {
 				done(r)
 				return
 			}
 			b.dropped(msg, r, poison)
-		}()
-		r, poison = b.process(msg)
-		processed = true
+		})
 	}
 	if !b.workers.submit(job, ctx.Done()) {
 		b.inflight.Done()
@@ -186,19 +178,27 @@ func (b *Bus) receiveCommands(ch <-chan *message.Message) {
 
 // handleMessage handles a command from a subscription, replies, then acks.
 func (b *Bus) handleMessage(msg *message.Message) {
-	var r reply
-	var poison string
-	processed := false
-	defer func() { // deferred: a handler may end the goroutine (runtime.Goexit)
-		if !processed {
-			r = goexitReply(msg)
-		}
+	b.processThen(msg, func(r reply, poison string) {
 		if replyTo := msg.Metadata.Get(MetadataReplyTo); replyTo != "" {
 			b.sendReply(msg, replyTo, r)
 		} else {
 			b.dropped(msg, r, poison)
 		}
 		msg.Ack()
+	})
+}
+
+// processThen processes msg and hands its reply to deliver, also when the
+// handler ends the goroutine with runtime.Goexit: deliver is deferred.
+func (b *Bus) processThen(msg *message.Message, deliver func(r reply, poison string)) {
+	var r reply
+	var poison string
+	processed := false
+	defer func() {
+		if !processed {
+			r = goexitReply(msg)
+		}
+		deliver(r, poison)
 	}()
 	r, poison = b.process(msg)
 	processed = true
