@@ -49,6 +49,18 @@ var modes = []mode{
 	}},
 }
 
+// inEachMode runs test as a parallel subtest in every mode, with the
+// mode's configuration.
+func inEachMode(t *testing.T, test func(t *testing.T, cfg bus.Config)) {
+	t.Helper()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, m.cfg(t))
+		})
+	}
+}
+
 // newGoChannel returns a GoChannel closed when the test ends.
 func newGoChannel(t testing.TB) *gochannel.GoChannel {
 	ps := gochannel.NewGoChannel(gochannel.Config{}, nil)

@@ -62,39 +62,36 @@ func TestConfigValidate(t *testing.T) {
 
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			b, err := bus.New(m.cfg(t))
-			require.NoError(t, err)
-			echo := func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }
-			require.NoError(t, bus.Handle(b, echo))
-			require.ErrorIs(t, bus.Handle(b, echo), bus.ErrDuplicateHandler)
-			require.Error(t, bus.Handle[Echo, string](b, nil))
+	inEachMode(t, func(t *testing.T, cfg bus.Config) {
+		b, err := bus.New(cfg)
+		require.NoError(t, err)
+		echo := func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }
+		require.NoError(t, bus.Handle(b, echo))
+		require.ErrorIs(t, bus.Handle(b, echo), bus.ErrDuplicateHandler)
+		require.Error(t, bus.Handle[Echo, string](b, nil))
 
-			_, err = bus.Dispatch[string](context.Background(), b, &Echo{})
-			require.ErrorIs(t, err, bus.ErrNotStarted)
-			require.ErrorIs(t, b.Send(context.Background(), &Echo{}), bus.ErrNotStarted)
+		_, err = bus.Dispatch[string](context.Background(), b, &Echo{})
+		require.ErrorIs(t, err, bus.ErrNotStarted)
+		require.ErrorIs(t, b.Send(context.Background(), &Echo{}), bus.ErrNotStarted)
 
-			require.NoError(t, b.Start(context.Background()))
-			require.ErrorIs(t, b.Start(context.Background()), bus.ErrStarted)
-			require.ErrorIs(t, bus.Handle(b, func(context.Context, *Fail) (string, error) { return "", nil }), bus.ErrStarted)
-			_, err = bus.Dispatch[string](context.Background(), b, nil)
-			require.ErrorIs(t, err, bus.ErrNilCommand)
+		require.NoError(t, b.Start(context.Background()))
+		require.ErrorIs(t, b.Start(context.Background()), bus.ErrStarted)
+		require.ErrorIs(t, bus.Handle(b, func(context.Context, *Fail) (string, error) { return "", nil }), bus.ErrStarted)
+		_, err = bus.Dispatch[string](context.Background(), b, nil)
+		require.ErrorIs(t, err, bus.ErrNilCommand)
 
-			got, err := bus.Dispatch[string](context.Background(), b, &Echo{Text: "up"})
-			require.NoError(t, err)
-			require.Equal(t, "up", got)
+		got, err := bus.Dispatch[string](context.Background(), b, &Echo{Text: "up"})
+		require.NoError(t, err)
+		require.Equal(t, "up", got)
 
-			require.NoError(t, b.Close())
-			require.NoError(t, b.Close(), "Close is idempotent")
-			_, err = bus.Dispatch[string](context.Background(), b, &Echo{})
-			require.ErrorIs(t, err, bus.ErrClosed)
-			require.ErrorIs(t, b.Send(context.Background(), &Echo{}), bus.ErrClosed)
-			require.ErrorIs(t, b.Start(context.Background()), bus.ErrClosed)
-			require.Zero(t, b.Pending())
-		})
-	}
+		require.NoError(t, b.Close())
+		require.NoError(t, b.Close(), "Close is idempotent")
+		_, err = bus.Dispatch[string](context.Background(), b, &Echo{})
+		require.ErrorIs(t, err, bus.ErrClosed)
+		require.ErrorIs(t, b.Send(context.Background(), &Echo{}), bus.ErrClosed)
+		require.ErrorIs(t, b.Start(context.Background()), bus.ErrClosed)
+		require.Zero(t, b.Pending())
+	})
 }
 
 func TestCloseBeforeStart(t *testing.T) {
@@ -157,37 +154,33 @@ func TestCloseFailsPendingDispatch(t *testing.T) {
 // cancels their context.
 func TestCloseWaitsThenCancelsHandlers(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			started := make(chan struct{})
-			cfg := m.cfg(t)
-			cfg.CloseTimeout = 50 * time.Millisecond
-			afterRan := make(chan error, 1)
-			cfg.Middleware = []middleware.Middleware{middleware.Hooks{AfterFail: func(ctx context.Context, p *middleware.Pipeline) {
-				afterRan <- p.Err()
-			}}}
-			b := startBus(t, cfg, func(b *bus.Bus) {
-				require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *Block) (int, error) {
-					close(started)
-					<-ctx.Done()
-					return 0, ctx.Err()
-				}))
-			})
-			done := make(chan error)
-			go func() {
-				_, err := bus.Dispatch[int](context.Background(), b, &Block{})
-				done <- err
-			}()
-			<-started
-			require.NoError(t, b.Close())
-			// The handler's answer reached the sender before Close returned.
-			var remote *middleware.RemoteError
-			require.ErrorAs(t, <-done, &remote)
-			require.Equal(t, context.Canceled.Error(), remote.Message)
-			require.ErrorIs(t, <-afterRan, context.Canceled, "the after hooks ran")
+	inEachMode(t, func(t *testing.T, cfg bus.Config) {
+		started := make(chan struct{})
+		cfg.CloseTimeout = 50 * time.Millisecond
+		afterRan := make(chan error, 1)
+		cfg.Middleware = []middleware.Middleware{middleware.Hooks{AfterFail: func(ctx context.Context, p *middleware.Pipeline) {
+			afterRan <- p.Err()
+		}}}
+		b := startBus(t, cfg, func(b *bus.Bus) {
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *Block) (int, error) {
+				close(started)
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}))
 		})
-	}
+		done := make(chan error)
+		go func() {
+			_, err := bus.Dispatch[int](context.Background(), b, &Block{})
+			done <- err
+		}()
+		<-started
+		require.NoError(t, b.Close())
+		// The handler's answer reached the sender before Close returned.
+		var remote *middleware.RemoteError
+		require.ErrorAs(t, <-done, &remote)
+		require.Equal(t, context.Canceled.Error(), remote.Message)
+		require.ErrorIs(t, <-afterRan, context.Canceled, "the after hooks ran")
+	})
 }
 
 // HandlerConcurrency bounds the handlers running at once; a Send waits for
@@ -226,63 +219,55 @@ func TestHandlerConcurrencyBound(t *testing.T) {
 // returns, every handler has returned.
 func TestConcurrentCloseWaits(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := m.cfg(t)
-			cfg.CloseTimeout = time.Second
-			started := make(chan struct{})
-			var returned atomic.Bool
-			b := startBus(t, cfg, func(b *bus.Bus) {
-				require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *Block) (int, error) {
-					close(started)
-					<-ctx.Done() // cancelled by Close after CloseTimeout
-					returned.Store(true)
-					return 0, nil
-				}))
-			})
-			require.NoError(t, b.Send(context.Background(), &Block{}))
-			<-started
-			first := make(chan error, 1)
-			go func() { first <- b.Close() }()
-			eventually(t, func() bool {
-				return errors.Is(b.Send(context.Background(), &Block{}), bus.ErrClosed)
-			}, "the first Close to begin")
-			require.NoError(t, b.Close())
-			require.True(t, returned.Load(), "the second Close returned before the handler")
-			require.NoError(t, <-first)
+	inEachMode(t, func(t *testing.T, cfg bus.Config) {
+		cfg.CloseTimeout = time.Second
+		started := make(chan struct{})
+		var returned atomic.Bool
+		b := startBus(t, cfg, func(b *bus.Bus) {
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *Block) (int, error) {
+				close(started)
+				<-ctx.Done() // cancelled by Close after CloseTimeout
+				returned.Store(true)
+				return 0, nil
+			}))
 		})
-	}
+		require.NoError(t, b.Send(context.Background(), &Block{}))
+		<-started
+		first := make(chan error, 1)
+		go func() { first <- b.Close() }()
+		eventually(t, func() bool {
+			return errors.Is(b.Send(context.Background(), &Block{}), bus.ErrClosed)
+		}, "the first Close to begin")
+		require.NoError(t, b.Close())
+		require.True(t, returned.Load(), "the second Close returned before the handler")
+		require.NoError(t, <-first)
+	})
 }
 
 // A handler that ends its goroutine with runtime.Goexit (t.FailNow, say)
 // answers its sender with an error, acks, and frees its worker slot.
 func TestHandlerGoexit(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := m.cfg(t)
-			cfg.HandlerConcurrency = 1
-			b := startBus(t, cfg, func(b *bus.Bus) {
-				require.NoError(t, bus.Handle(b, func(context.Context, *Block) (int, error) {
-					runtime.Goexit()
-					return 0, nil
-				}))
-				require.NoError(t, bus.Handle(b, func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }))
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			for range 3 {
-				_, err := bus.Dispatch[int](ctx, b, &Block{})
-				var remote *middleware.RemoteError
-				require.ErrorAs(t, err, &remote, "an answer, not a timeout: %v", err)
-				require.Contains(t, remote.Message, "runtime.Goexit")
-			}
-			got, err := bus.Dispatch[string](ctx, b, &Echo{Text: "still serving"})
-			require.NoError(t, err)
-			require.Equal(t, "still serving", got)
-			require.Zero(t, b.Pending())
+	inEachMode(t, func(t *testing.T, cfg bus.Config) {
+		cfg.HandlerConcurrency = 1
+		b := startBus(t, cfg, func(b *bus.Bus) {
+			require.NoError(t, bus.Handle(b, func(context.Context, *Block) (int, error) {
+				runtime.Goexit()
+				return 0, nil
+			}))
+			require.NoError(t, bus.Handle(b, func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }))
 		})
-	}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for range 3 {
+			_, err := bus.Dispatch[int](ctx, b, &Block{})
+			var remote *middleware.RemoteError
+			require.ErrorAs(t, err, &remote, "an answer, not a timeout: %v", err)
+			require.Contains(t, remote.Message, "runtime.Goexit")
+		}
+		got, err := bus.Dispatch[string](ctx, b, &Echo{Text: "still serving"})
+		require.NoError(t, err)
+		require.Equal(t, "still serving", got)
+		require.Zero(t, b.Pending())
+	})
 }
