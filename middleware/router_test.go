@@ -123,7 +123,10 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 		failResults int
 		// poison, when set, is the topic of a PoisonQueue outside.
 		poison chan *message.Message
-		check  func(t *testing.T, env *routerEnv, msg *message.Message)
+		// deliveries is how many times the router got the message, results
+		// how many times the ResultFunc was called.
+		deliveries, results int
+		check               func(t *testing.T, env *routerEnv, got []result)
 	}{
 		{
 			name: "undecodable payload is rejected as invalid, acked, answered, delivered once",
@@ -132,11 +135,10 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 				msg.Payload = []byte("{not json")
 				return msg
 			},
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+			deliveries: 1,
+			results:    1,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.Zero(t, env.handled.Load())
-				got := env.results.list()
-				require.Len(t, got, 1)
 				require.ErrorIs(t, got[0].err, middleware.ErrInvalid)
 				require.ErrorIs(t, got[0].err, middleware.ErrUndecodable)
 				require.ErrorContains(t, got[0].err, createStaffName)
@@ -152,10 +154,10 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 				msg.Payload = []byte("[]")
 				return msg
 			},
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+			deliveries: 1,
+			results:    0,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.Zero(t, env.handled.Load())
-				require.Empty(t, env.results.list())
 			},
 		},
 		{
@@ -173,10 +175,10 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 					return nil
 				}
 			},
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+			deliveries: 1,
+			results:    0,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.EqualValues(t, 1, env.handled.Load())
-				require.Empty(t, env.results.list())
 			},
 		},
 		{
@@ -187,51 +189,47 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 				msg.Metadata.Set("name", "billing.Refund")
 				return msg
 			},
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+			deliveries: 1,
+			results:    1,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.Zero(t, env.handled.Load())
-				got := env.results.list()
-				require.Len(t, got, 1)
 				require.ErrorIs(t, got[0].err, middleware.ErrInvalid)
 				require.ErrorIs(t, got[0].err, middleware.ErrUnknownCommand)
 				require.ErrorContains(t, got[0].err, "billing.Refund")
 			},
 		},
 		{
-			name: "halted command is acked and answered",
-			msg:  func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "taken@x.org"}) },
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 1, env.deliveries.count(msg.UUID))
+			name:       "halted command is acked and answered",
+			msg:        func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "taken@x.org"}) },
+			deliveries: 1,
+			results:    1,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.Zero(t, env.handled.Load())
-				got := env.results.list()
-				require.Len(t, got, 1)
 				require.ErrorIs(t, got[0].err, middleware.ErrAlreadyTaken)
 				require.True(t, got[0].pipeline)
 				require.False(t, got[0].handled)
 			},
 		},
 		{
-			name:   "handler error is nacked and redelivered",
-			handle: failOnce,
-			msg:    func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 2, env.deliveries.count(msg.UUID))
-				got := env.results.list()
-				require.Len(t, got, 2)
+			name:       "handler error is nacked and redelivered",
+			handle:     failOnce,
+			msg:        func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
+			deliveries: 2,
+			results:    2,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.ErrorIs(t, got[0].err, errHandler)
 				require.True(t, got[0].handled)
 				require.NoError(t, got[1].err)
 			},
 		},
 		{
-			name:   "handler error is acked with AckHandlerErrors",
-			cfg:    middleware.RouterConfig{AckHandlerErrors: true},
-			handle: failOnce,
-			msg:    func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 1, env.deliveries.count(msg.UUID))
-				got := env.results.list()
-				require.Len(t, got, 1)
+			name:       "handler error is acked with AckHandlerErrors",
+			cfg:        middleware.RouterConfig{AckHandlerErrors: true},
+			handle:     failOnce,
+			msg:        func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
+			deliveries: 1,
+			results:    1,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.ErrorIs(t, got[0].err, errHandler)
 			},
 		},
@@ -241,11 +239,10 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 			handle: func(*routerEnv) func(*message.Message) error {
 				return func(*message.Message) error { panic("handler boom") }
 			},
-			msg: func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 1, env.deliveries.count(msg.UUID))
-				got := env.results.list()
-				require.Len(t, got, 1)
+			msg:        func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "ann@x.org"}) },
+			deliveries: 1,
+			results:    1,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				var perr *middleware.PanicError
 				require.ErrorAs(t, got[0].err, &perr)
 				require.False(t, got[0].handled)
@@ -255,10 +252,9 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 			name:        "a ResultFunc error nacks the command so that the answer is sent again",
 			failResults: 1,
 			msg:         func(t *testing.T) *message.Message { return commandMessage(t, &CreateStaff{Email: "taken@x.org"}) },
-			check: func(t *testing.T, env *routerEnv, msg *message.Message) {
-				require.Equal(t, 2, env.deliveries.count(msg.UUID))
-				got := env.results.list()
-				require.Len(t, got, 2)
+			deliveries:  2,
+			results:     2,
+			check: func(t *testing.T, env *routerEnv, got []result) {
 				require.ErrorIs(t, got[1].err, middleware.ErrAlreadyTaken)
 			},
 		},
@@ -289,7 +285,10 @@ func TestRouterMiddlewareOutcomes(t *testing.T) {
 			}
 			msg := tt.msg(t)
 			publishAcked(t, env.pubSub, "commands", msg)
-			tt.check(t, env, msg)
+			require.Equal(t, tt.deliveries, env.deliveries.count(msg.UUID))
+			got := env.results.list()
+			require.Len(t, got, tt.results)
+			tt.check(t, env, got)
 			if tt.poison != nil {
 				select {
 				case poisoned := <-tt.poison:
