@@ -3,7 +3,6 @@ package uniqueness
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -111,12 +110,9 @@ func (b *batcher) run(bt *batch) {
 func (b *batcher) call(bt *batch) (taken []bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(bt.ctx), BatchTimeout)
 	defer cancel()
-	defer func() {
-		if v := recover(); v != nil {
-			taken, err = nil, &middleware.PanicError{Where: "batch lookup", Value: v, Stack: debug.Stack()}
-		}
-	}()
-	taken, err = b.f(ctx, bt.values)
+	if perr := middleware.Recover("batch lookup", func() { taken, err = b.f(ctx, bt.values) }); perr != nil {
+		return nil, perr
+	}
 	if err == nil && len(taken) != len(bt.values) {
 		err = fmt.Errorf("uniqueness: batch lookup of %d values answered %d", len(bt.values), len(taken))
 	}

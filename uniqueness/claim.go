@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -314,12 +313,10 @@ func (st *keyState) settle() {
 
 // lookup runs taken, turning a panic into a *middleware.PanicError.
 func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &middleware.PanicError{Where: "lookup", Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return taken.taken(ctx)
+	if perr := middleware.Recover("lookup", func() { isTaken, err = taken.taken(ctx) }); perr != nil {
+		return false, perr
+	}
+	return isTaken, err
 }
 
 // Release gives the claim up. When claimants of this process are waiting
