@@ -272,8 +272,12 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 		}()
 		v, err = fn(fctx, s.db)
 	}()
-	if errors.Is(context.Cause(fctx), lockstore.ErrLockLost) {
+	// Ask the lock, not the watcher: when fn returns just as the lock is
+	// lost, the watcher may have seen done first.
+	select {
+	case <-l.Lost():
 		return zero, errors.Join(lostErr, err)
+	default:
 	}
 	if err != nil {
 		return zero, err
