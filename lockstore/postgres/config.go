@@ -18,10 +18,13 @@ const (
 	DefaultLockConns        = 2
 	DefaultSchema           = "claimbus"
 	DefaultPollInterval     = 50 * time.Millisecond
-	DefaultKeepAlive        = 5 * time.Second
-	DefaultTimeout          = 5 * time.Second
+	DefaultLeaseBound       = 2 * time.Second
 	DefaultReconnectBackoff = time.Second
 	DefaultMaxBatch         = 512
+	// DefaultLocksPerConn is the default of Config.LocksPerConn.
+	DefaultLocksPerConn = 2000
+	// DefaultStatementTimeout is the default of Config.StatementTimeout.
+	DefaultStatementTimeout = 30 * time.Second
 
 	// MaxLockConns bounds Config.LockConns.
 	MaxLockConns = 64
@@ -39,7 +42,7 @@ const (
 )
 
 // Config configures a Store. The zero value is usable: every field has a
-// default.
+// default (MaxHeld's is read from the server at New).
 type Config struct {
 	// Namespaces registers namespaces under fixed numbers 0 to 99
 	// (MaxRegisteredNamespace), so that their locks are easy to read in
@@ -69,16 +72,55 @@ type Config struct {
 	// can stay untaken. Default 50ms.
 	PollInterval time.Duration
 
-	// KeepAlive bounds how long a dead lock connection goes unnoticed: an
-	// idle lock connection is pinged after KeepAlive, and its TCP keepalive
-	// probes start after KeepAlive idle and repeat every KeepAlive. A dead
-	// connection is noticed within about KeepAlive + Timeout. Default 5s.
+	// LeaseBound is how long a lock is believed held without news from the
+	// server: when no round trip on a lock connection has succeeded within
+	// LeaseBound (counted from when the last successful one was sent), the
+	// store closes the connection and closes Lost of every lock on it, and
+	// their Release returns lockstore.ErrLockLost. It bounds the window in
+	// which two holders may both believe they hold a key when the network
+	// goes silent (see the package doc). KeepAlive + Timeout must not
+	// exceed it, so that a healthy idle connection never trips it. Default
+	// 2s.
+	LeaseBound time.Duration
+
+	// KeepAlive is how long a lock connection goes without a round trip
+	// before it is pinged (and the idle time after which, and interval at
+	// which, its TCP keepalive probes run). Default LeaseBound/4.
 	KeepAlive time.Duration
 
 	// Timeout bounds each round trip, and each connection attempt, on a lock
-	// connection. A round trip that takes longer closes the connection (its
-	// locks are lost) and the store reconnects. Default 5s.
+	// connection, and never reaches past the lease bound. A round trip that
+	// takes longer closes the connection (its locks are lost) and the store
+	// reconnects. Default LeaseBound/2, or LeaseBound - KeepAlive when that
+	// is less.
 	Timeout time.Duration
+
+	// MaxHeld is the most locks the store holds at once (granted, or on
+	// their way to the server); a TryLock or Lock past it fails at once
+	// with an error matching lockstore.ErrCapacity, and every held lock
+	// stays held. PostgreSQL keeps advisory locks in a shared lock table of
+	// about max_locks_per_transaction * (max_connections +
+	// max_prepared_transactions) entries for the whole server, and a lock
+	// it has no room for fails with "out of shared memory". Default: a
+	// quarter of that table, read from the server's settings at New, so
+	// that a few nodes and the application's own locks fit beside it.
+	MaxHeld int
+
+	// LocksPerConn is how many locks one lock connection holds before new
+	// grants go to another one: PostgreSQL walks a session's whole lock
+	// table at every statement, so a connection holding many locks makes
+	// every round trip on it slower. When every lock connection holds
+	// LocksPerConn locks, the store opens one more (and closes an extra one
+	// again once it holds none), up to MaxHeld / LocksPerConn + LockConns.
+	// Default 2000.
+	LocksPerConn int
+
+	// StatementTimeout bounds each statement of Serialize and of Exclusive's
+	// own statements on their connection when the caller's ctx has no
+	// deadline (it becomes the transaction's statement_timeout), so that a
+	// connection whose server went silent never blocks a caller for ever.
+	// Default 30s.
+	StatementTimeout time.Duration
 
 	// ReconnectBackoff is the longest wait between two attempts to replace a
 	// dead lock connection (the wait starts at 10ms and doubles). Default 1s.
@@ -128,12 +170,29 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"PollInterval", c.PollInterval},
+		{"LeaseBound", c.LeaseBound},
 		{"KeepAlive", c.KeepAlive},
 		{"Timeout", c.Timeout},
 		{"ReconnectBackoff", c.ReconnectBackoff},
+		{"StatementTimeout", c.StatementTimeout},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("postgres: Config.%s is negative (%v)", d.name, d.v))
+		}
+	}
+	if c.MaxHeld < 0 {
+		errs = append(errs, fmt.Errorf("postgres: Config.MaxHeld is %d, want 0 (derived from the server's settings) or more", c.MaxHeld))
+	}
+	if c.LocksPerConn < 0 {
+		errs = append(errs, fmt.Errorf("postgres: Config.LocksPerConn is %d, want 0 (default %d) or more", c.LocksPerConn, DefaultLocksPerConn))
+	}
+	if c.LeaseBound >= 0 && c.KeepAlive >= 0 && c.Timeout >= 0 {
+		d := c.withDefaults("x")
+		switch {
+		case d.KeepAlive >= d.LeaseBound:
+			errs = append(errs, fmt.Errorf("postgres: Config.KeepAlive (%v) must be less than LeaseBound (%v): an idle connection must be pinged before its locks are given up", d.KeepAlive, d.LeaseBound))
+		case d.KeepAlive+d.Timeout > d.LeaseBound:
+			errs = append(errs, fmt.Errorf("postgres: Config.KeepAlive + Timeout (%v + %v) exceeds LeaseBound (%v): a healthy idle connection could lose its locks", d.KeepAlive, d.Timeout, d.LeaseBound))
 		}
 	}
 	if c.MaxBatch < 0 || c.MaxBatch > MaxBatchLimit {
@@ -149,8 +208,11 @@ func (c Config) withDefaults(applicationName string) Config {
 	c.Schema = cmp.Or(c.Schema, DefaultSchema)
 	c.Node = cmp.Or(c.Node, applicationName, hostname())
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
-	c.KeepAlive = cmp.Or(c.KeepAlive, DefaultKeepAlive)
-	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.LeaseBound = cmp.Or(c.LeaseBound, DefaultLeaseBound)
+	c.KeepAlive = cmp.Or(c.KeepAlive, c.LeaseBound/4)
+	c.Timeout = cmp.Or(c.Timeout, min(c.LeaseBound/2, c.LeaseBound-c.KeepAlive))
+	c.LocksPerConn = cmp.Or(c.LocksPerConn, DefaultLocksPerConn)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, DefaultStatementTimeout)
 	c.ReconnectBackoff = cmp.Or(c.ReconnectBackoff, DefaultReconnectBackoff)
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
 	return c

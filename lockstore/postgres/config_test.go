@@ -33,6 +33,14 @@ func TestConfigValidate(t *testing.T) {
 			"all have number 5", "LockConns is -1", "Config.Schema", "Config.Node", "PollInterval is negative",
 			"KeepAlive is negative", "Timeout is negative", "ReconnectBackoff is negative", "MaxBatch is -1",
 		}},
+		{name: "keepalive and timeout of 1s with the default lease bound", cfg: Config{KeepAlive: time.Second, Timeout: time.Second}},
+		{name: "keepalive alone, timeout derived", cfg: Config{KeepAlive: 1500 * time.Millisecond}},
+		{name: "keepalive and timeout past the lease bound", cfg: Config{KeepAlive: 1500 * time.Millisecond, Timeout: time.Second},
+			wants: []string{"KeepAlive + Timeout (1.5s + 1s) exceeds LeaseBound (2s)"}},
+		{name: "keepalive at the lease bound", cfg: Config{LeaseBound: time.Second, KeepAlive: time.Second},
+			wants: []string{"KeepAlive (1s) must be less than LeaseBound (1s)"}},
+		{name: "negative capacity settings", cfg: Config{MaxHeld: -1, LocksPerConn: -2, StatementTimeout: -1, LeaseBound: -1},
+			wants: []string{"MaxHeld is -1", "LocksPerConn is -2", "StatementTimeout is negative", "LeaseBound is negative"}},
 		{name: "too many lock connections", cfg: Config{LockConns: MaxLockConns + 1}, wants: []string{"LockConns is 65"}},
 	}
 	for _, tt := range tests {
@@ -58,8 +66,14 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, DefaultSchema, c.Schema)
 	require.Equal(t, "app-a", c.Node)
 	require.Equal(t, DefaultPollInterval, c.PollInterval)
-	require.Equal(t, DefaultKeepAlive, c.KeepAlive)
-	require.Equal(t, DefaultTimeout, c.Timeout)
+	require.Equal(t, DefaultLeaseBound, c.LeaseBound)
+	require.Equal(t, DefaultLeaseBound/4, c.KeepAlive)
+	require.Equal(t, DefaultLeaseBound/2, c.Timeout)
+	require.LessOrEqual(t, c.KeepAlive+c.Timeout, c.LeaseBound)
+	require.Equal(t, DefaultLocksPerConn, c.LocksPerConn)
+	require.Equal(t, DefaultStatementTimeout, c.StatementTimeout)
+	// Timeout never reaches past the lease bound.
+	require.Equal(t, 500*time.Millisecond, Config{KeepAlive: 1500 * time.Millisecond}.withDefaults("").Timeout)
 	require.Equal(t, DefaultReconnectBackoff, c.ReconnectBackoff)
 	require.Equal(t, DefaultMaxBatch, c.MaxBatch)
 	require.Equal(t, hostname(), Config{}.withDefaults("").Node)

@@ -28,7 +28,7 @@ func newSerialBench(b *testing.B) *serialBench {
 	sb.pool = serialCountingPool(b, pgtest.DSN(b), 2, &sb.writes)
 	// A long KeepAlive: the store's idle lock connections, dialed with the
 	// pool's configuration, would otherwise add their pings to the count.
-	s := newTestStore(b, sb.pool, Config{KeepAlive: time.Hour})
+	s := newTestStore(b, sb.pool, Config{LeaseBound: 2 * time.Hour, KeepAlive: time.Hour})
 	key := lockstore.Key{Namespace: "bench", ID: "uncontended"}
 	id := serialLockID(b, s, key)
 	nop := func(context.Context, pgx.Tx) (struct{}, error) { return struct{}{}, nil }
