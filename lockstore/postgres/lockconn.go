@@ -145,7 +145,13 @@ func (c *lockConn) connect() error {
 	// An idle_session_timeout (PostgreSQL 14+) would end the session, and
 	// every lock on it, while the connection waits for work.
 	if _, err := conn.Exec(ctx, `SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'`); err != nil {
-		_ = conn.Close(context.Background())
+		closeConn(conn)
+		return err
+	}
+	// Tokens drawn on this session must be above every token drawn before
+	// a crash that came before it (see epoch.go).
+	if _, err := c.s.bumpEpoch(ctx, conn); err != nil {
+		closeConn(conn)
 		return err
 	}
 	c.conn = conn
@@ -426,9 +432,13 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	// the store closing, not as the connection being down.
 	closing = closing || c.s.ctx.Err() != nil
 	if c.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = c.conn.Close(ctx)
-		cancel()
+		if closing {
+			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.Timeout)
+			_ = c.conn.Close(ctx)
+			cancel()
+		} else {
+			closeConn(c.conn)
+		}
 		c.conn = nil
 	}
 	c.mu.Lock()
@@ -468,4 +478,15 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 			}
 		}
 	}
+}
+
+// closeConn closes a lock connection that failed or is in doubt: the
+// socket first, so that the server sees the close and ends the session
+// (freeing its locks) at once, however the network behaves; pgx's own
+// Close would first try to say goodbye on a socket that may be silent.
+func closeConn(conn *pgx.Conn) {
+	_ = conn.PgConn().Conn().Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_ = conn.Close(ctx)
+	cancel()
 }

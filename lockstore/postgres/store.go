@@ -124,7 +124,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		s.cancel()
 		for _, c := range s.conns {
 			if c.conn != nil {
-				_ = c.conn.Close(context.Background())
+				closeConn(c.conn)
 			}
 		}
 		return nil, fmt.Errorf("postgres: New: %w: %w", lockstore.ErrUnavailable, err)
@@ -133,7 +133,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		// ctx ended after the last connection: nothing runs yet.
 		s.cancel()
 		for _, c := range s.conns {
-			_ = c.conn.Close(context.Background())
+			closeConn(c.conn)
 		}
 		return nil, fmt.Errorf("postgres: New: %w", ctx.Err())
 	}
@@ -171,19 +171,24 @@ func lockConnConfig(pool *pgx.ConnConfig, cfg Config) *pgx.ConnConfig {
 	return cc
 }
 
-// createSchema creates the schema and the sequence unless they exist. It
-// first looks (a plain read, no privilege needed beyond USAGE), and only
-// creates under a transaction-level advisory lock.
+// createSchema creates the schema, the sequence and the epoch tables (see
+// epoch.go) unless they exist, as in an earlier release that had the
+// sequence only. It first looks (a plain read, no privilege needed beyond
+// USAGE), and only creates under a transaction-level advisory lock.
 func (s *Store) createSchema(ctx context.Context) error {
 	seq := pgx.Identifier{s.cfg.Schema, tokenSequence}.Sanitize()
+	epoch := pgx.Identifier{s.cfg.Schema, epochTable}.Sanitize()
+	live := pgx.Identifier{s.cfg.Schema, epochLiveTable}.Sanitize()
 	var exists bool
-	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", seq).Scan(&exists); err != nil {
+	err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
+		seq, epoch, live).Scan(&exists)
+	if err != nil {
 		return fmt.Errorf("postgres: New: look up sequence %s: %w", seq, err)
 	}
 	if exists {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::int8)", schemaLockKey); err != nil {
 			return err
 		}
@@ -192,11 +197,18 @@ func (s *Store) createSchema(ctx context.Context) error {
 		}
 		// CACHE 1: a session caching values would hand out tokens out of
 		// order across nodes.
-		_, err := tx.Exec(ctx, "CREATE SEQUENCE IF NOT EXISTS "+seq+" AS bigint MINVALUE 1 NO CYCLE CACHE 1")
-		return err
+		if _, err := tx.Exec(ctx, "CREATE SEQUENCE IF NOT EXISTS "+seq+" AS bigint MINVALUE 1 NO CYCLE CACHE 1"); err != nil {
+			return err
+		}
+		for _, q := range epochSchemaSQL(s.cfg.Schema) {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: New: create schema %q and sequence %s: %w", s.cfg.Schema, seq, err)
+		return fmt.Errorf("postgres: New: create schema %q, sequence %s and epoch tables: %w", s.cfg.Schema, seq, err)
 	}
 	return nil
 }

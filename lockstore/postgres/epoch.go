@@ -1,0 +1,112 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tokens that never go back.
+//
+// Fencing tokens are drawn from one sequence (nextval), which is fast and
+// grows across every node while the server runs. A sequence is not
+// crash-safe on its own: nextval writes its WAL record without waiting for
+// it to reach the disk, and with synchronous_commit = off (a server setting
+// the application does not control) even committed work may be lost in a
+// crash, so crash recovery can bring the sequence back below values already
+// handed out.
+//
+// An epoch makes it safe. The table lock_epoch holds one counter. Every
+// lock connection, when it connects (so after every crash, which ends every
+// session), bumps it in a transaction committed with synchronous_commit =
+// on, which waits until the commit, and every WAL record before it, is
+// flushed: a bump that was seen is never lost. Only then does it move the
+// sequence up to epoch << 32 (setval, when the sequence is below). So a
+// value at or above e << 32 is handed out only once epoch e is durable, and
+// after a crash the next bump (to at least e + 1) lifts the sequence above
+// every value handed out before it, wherever recovery left the sequence.
+// Bumps are serialized by a session advisory lock (epochLockKey), so that
+// two nodes connecting at once never move the sequence down. This holds as
+// long as fewer than 2^32 tokens are drawn between two connects of any lock
+// connection of any node sharing the database.
+//
+// lock_epoch_live is an unlogged table holding the epoch once the sequence
+// has been moved up for it. PostgreSQL empties unlogged tables in crash
+// recovery (and they are not replicated), so a session that finds it empty
+// knows the sequence may have gone back and bumps before it draws a token:
+// Serialize and Exclusive, which draw tokens on pooled connections, rely on
+// it.
+
+// epochLockKey is the bigint advisory lock that serializes epoch bumps.
+const epochLockKey int64 = 0x636c61696d657063 // "claimepc"
+
+// Names of the epoch tables in Config.Schema.
+const (
+	epochTable     = "lock_epoch"
+	epochLiveTable = "lock_epoch_live"
+)
+
+// epochSchemaSQL creates the epoch tables in schema, with the counter at
+// 0. It runs under schemaLockKey (see createSchema).
+func epochSchemaSQL(schema string) []string {
+	epoch := pgx.Identifier{schema, epochTable}.Sanitize()
+	live := pgx.Identifier{schema, epochLiveTable}.Sanitize()
+	return []string{
+		"CREATE TABLE IF NOT EXISTS " + epoch + " (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)",
+		"INSERT INTO " + epoch + " (id, epoch) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+		"CREATE UNLOGGED TABLE IF NOT EXISTS " + live + " (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)",
+	}
+}
+
+// bumpEpochBatch queues the statements of one epoch bump on b (see the
+// comment at the top of this file). The UPDATE's RETURNING row is the new
+// epoch.
+func (s *Store) bumpEpochBatch(b *pgx.Batch) {
+	epoch := pgx.Identifier{s.cfg.Schema, epochTable}.Sanitize()
+	live := pgx.Identifier{s.cfg.Schema, epochLiveTable}.Sanitize()
+	b.Queue("SELECT pg_advisory_lock($1::int8)", epochLockKey)
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = on")
+	b.Queue("UPDATE " + epoch + " SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch")
+	b.Queue("COMMIT")
+	b.Queue("SELECT setval(" + s.tokenSQL + ", e.epoch << 32) FROM " + epoch + " e WHERE nextval(" + s.tokenSQL + ") < e.epoch << 32")
+	b.Queue("INSERT INTO " + live + " (id, epoch) SELECT 1, epoch FROM " + epoch + " WHERE id = 1 ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch")
+	b.Queue("SELECT pg_advisory_unlock($1::int8)", epochLockKey)
+}
+
+// bumpEpoch runs an epoch bump on conn, a connection outside any
+// transaction, in one round trip, and returns the new epoch. On error the
+// session may still hold epochLockKey: the caller closes conn.
+func (s *Store) bumpEpoch(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	var b pgx.Batch
+	s.bumpEpochBatch(&b)
+	br := conn.SendBatch(ctx, &b)
+	var epoch int64
+	var err error
+	for i := range b.Len() {
+		if i == 3 {
+			err = br.QueryRow().Scan(&epoch)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bump the token epoch: %w", err)
+	}
+	return epoch, nil
+}
+
+// liveTokenSQL is a scalar subquery that draws a token when the epoch is
+// live (see the comment at the top of this file), and is NULL when the
+// sequence may have gone back since the last bump.
+func (s *Store) liveTokenSQL() string {
+	live := pgx.Identifier{s.cfg.Schema, epochLiveTable}.Sanitize()
+	return "(SELECT nextval(" + s.tokenSQL + ") FROM " + live + " WHERE id = 1)"
+}
