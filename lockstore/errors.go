@@ -19,4 +19,10 @@ var (
 	ErrTimeout = errors.New("lockstore: lock wait timed out")
 	// ErrLockLost is returned by Refresh on a lock that has already ended.
 	ErrLockLost = errors.New("lockstore: lock lost")
+	// ErrCapacity is returned by TryLock and Lock when the store, or the
+	// server behind it, has no room for one more lock (for PostgreSQL:
+	// Config.MaxHeld, or the server's lock table, sized by
+	// max_locks_per_transaction). Only that request fails: every lock
+	// held stays held.
+	ErrCapacity = errors.New("lockstore: no capacity for another lock")
 )
