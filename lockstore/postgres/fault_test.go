@@ -27,8 +27,9 @@ func requireClosedWithin(t *testing.T, ch <-chan struct{}, d time.Duration, what
 
 // connPIDs returns the backend pids of s's lock connections (0 while down).
 func connPIDs(s *Store) []uint32 {
-	out := make([]uint32, len(s.conns))
-	for i, c := range s.conns {
+	conns := s.lockConns()
+	out := make([]uint32, len(conns))
+	for i, c := range conns {
 		c.mu.Lock()
 		out[i] = c.pid
 		c.mu.Unlock()
@@ -109,8 +110,8 @@ func TestTerminatedLockConnection(t *testing.T) {
 		_, err := b.TryLock(ctx, l.Key())
 		require.ErrorIs(t, err, lockstore.ErrLocked)
 	}
-	// A lost lock's Release is harmless.
-	require.NoError(t, onVictim[0].Release(ctx))
+	// A lost lock's Release says so, and is harmless.
+	require.ErrorIs(t, onVictim[0].Release(ctx), lockstore.ErrLockLost)
 
 	// The store reconnects; the lost lock's Release did not free node b's
 	// grant, and node a takes its other lost keys again.
@@ -256,7 +257,7 @@ func TestServerRestart(t *testing.T) {
 		require.ErrorIs(t, err, lockstore.ErrUnavailable)
 	}
 	for _, l := range locks {
-		require.NoError(t, l.Release(ctx), "Release of a lost lock")
+		require.ErrorIs(t, l.Release(ctx), lockstore.ErrLockLost, "Release of a lost lock")
 	}
 
 	require.NoError(t, cluster.Start(ctx))

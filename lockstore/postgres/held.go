@@ -30,8 +30,9 @@ func (s *Store) Held(ctx context.Context) ([]lockstore.Holder, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	own := make(map[uint32]*lockConn, len(s.conns))
-	for _, c := range s.conns {
+	conns := s.lockConns()
+	own := make(map[uint32]*lockConn, len(conns))
+	for _, c := range conns {
 		c.mu.Lock()
 		if c.pid != 0 {
 			own[c.pid] = c

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -22,28 +23,43 @@ import (
 // cost one round trip, and runs it under the store's context, never a
 // caller's.
 //
-// When the connection fails, or a round trip or a ping times out, or an
-// unlock returns false, the owner closes it (so the server frees whatever
-// it held: a connection in doubt is never reused), ends every lock it held
-// (closing their Lost channels), fails the requests in flight with
-// lockstore.ErrUnavailable, and reconnects with backoff. Meanwhile submit
-// fails fast with lockstore.ErrUnavailable.
+// The owner keeps the lease (see Config.LeaseBound): confirmed is when the
+// last successful round trip was sent, every round trip must succeed by
+// confirmed + LeaseBound, and an idle connection is pinged KeepAlive after
+// confirmed. When the connection fails, or a round trip or a ping fails or
+// times out, or an unlock returns false, the owner closes it (so the server
+// frees whatever it held: a connection in doubt is never reused), ends
+// every lock it held (closing their Lost channels), fails the requests in
+// flight with lockstore.ErrUnavailable, and reconnects with backoff (a base
+// connection) or goes away (an extra one, see Store.rebalance). Meanwhile
+// submit fails fast with lockstore.ErrUnavailable.
 type lockConn struct {
 	s     *Store
 	index int
+	// base connections (the first Config.LockConns) live as long as the
+	// store and reconnect; extra ones are opened when the base ones are
+	// full and go away when they hold nothing or fail.
+	base bool
 
-	// conn is used by the owner goroutine only.
-	conn *pgx.Conn
+	// conn and confirmed are used by the owner goroutine only.
+	conn      *pgx.Conn
+	confirmed time.Time
 
 	wake chan struct{} // capacity 1: requests are pending
 
 	// roundTrips and requests count the batches sent and the requests they
 	// carried (for benchmarks: requests per round trip).
 	roundTrips, requests atomic.Int64
+	// load counts the locks held on the connection and the lock requests
+	// queued or in flight on it; full is set when load reaches
+	// Config.LocksPerConn and cleared when it falls to three quarters.
+	load atomic.Int64
+	full atomic.Bool
 
 	mu      sync.Mutex
 	up      bool   // conn is connected and requests are accepted
 	closed  bool   // the store is closed
+	retired bool   // an extra connection that went away: submit says errRetired
 	gen     uint64 // counts connections; a lock belongs to one
 	pid     uint32 // server process of conn, 0 while down
 	lastErr error  // why the connection went down
@@ -83,19 +99,30 @@ type request struct {
 	err    error
 }
 
-func newLockConn(s *Store, index int) *lockConn {
+func newLockConn(s *Store, index int, base bool) *lockConn {
 	return &lockConn{
 		s:     s,
 		index: index,
+		base:  base,
 		wake:  make(chan struct{}, 1),
 		held:  make(map[LockID]*pgLock),
 	}
 }
 
+// Errors of submit that callers handle themselves.
+var (
+	// errStaleLock: an unlock of a lock from an earlier connection; that
+	// lock ended with its connection.
+	errStaleLock = errors.New("postgres: lock ended with its connection")
+	// errRetired: an extra connection went away; a lock request goes to
+	// another connection.
+	errRetired = errors.New("postgres: lock connection retired")
+)
+
 // submit queues r, or fails at once when the connection is down (an error
-// matching lockstore.ErrUnavailable) or the store is closed. An unlock of a
-// lock from an earlier connection fails with errStaleLock: that lock ended
-// with its connection.
+// matching lockstore.ErrUnavailable), retired (errRetired), or the store is
+// closed. An unlock of a lock from an earlier connection fails with
+// errStaleLock. A queued lock request counts in load.
 func (c *lockConn) submit(r *request) error {
 	c.mu.Lock()
 	switch {
@@ -105,10 +132,16 @@ func (c *lockConn) submit(r *request) error {
 	case r.kind == unlockRequest && r.lock.gen != c.gen:
 		c.mu.Unlock()
 		return errStaleLock
+	case c.retired:
+		c.mu.Unlock()
+		return errRetired
 	case !c.up:
 		err := c.unavailableLocked()
 		c.mu.Unlock()
 		return err
+	}
+	if r.kind == lockRequest && c.load.Add(1) >= int64(c.s.cfg.LocksPerConn) && !c.full.Swap(true) {
+		defer c.s.rebalance()
 	}
 	c.pending = append(c.pending, r)
 	if len(c.pending) == 1 {
@@ -125,7 +158,14 @@ func (c *lockConn) submit(r *request) error {
 	return nil
 }
 
-var errStaleLock = errors.New("postgres: lock ended with its connection")
+// unload takes one lock or lock request off the connection's load, and off
+// the store's count of held locks.
+func (c *lockConn) unload() {
+	c.s.held.Add(-1)
+	if c.load.Add(-1) <= int64(c.s.cfg.LocksPerConn)*3/4 && c.full.Swap(false) {
+		c.s.rebalance()
+	}
+}
 
 func (c *lockConn) unavailableLocked() error {
 	if c.lastErr != nil {
@@ -142,6 +182,7 @@ func (c *lockConn) connect() error {
 	if err != nil {
 		return err
 	}
+	sent := time.Now()
 	// An idle_session_timeout (PostgreSQL 14+) would end the session, and
 	// every lock on it, while the connection waits for work.
 	if _, err := conn.Exec(ctx, `SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'`); err != nil {
@@ -155,6 +196,7 @@ func (c *lockConn) connect() error {
 		return err
 	}
 	c.conn = conn
+	c.confirmed = sent
 	c.mu.Lock()
 	c.gen++
 	c.up = true
@@ -166,9 +208,18 @@ func (c *lockConn) connect() error {
 
 // run is the owner goroutine: it serves requests, watches the idle
 // connection, and replaces a dead connection, until the store's context
-// ends.
+// ends, or, for an extra connection, until it holds nothing or fails.
 func (c *lockConn) run() {
 	defer c.s.wg.Done()
+	if !c.base {
+		// Extra connections connect here, and join the active set once up.
+		err := c.connect()
+		c.s.grown(c, err)
+		if err != nil {
+			c.retire()
+			return
+		}
+	}
 	// The owner waits idleWatchDelay on the wake channel alone before it
 	// reads the idle connection: entering and leaving that read costs a
 	// few goroutine switches, which a busy connection should not pay
@@ -176,9 +227,15 @@ func (c *lockConn) run() {
 	grace := time.NewTimer(idleWatchDelay)
 	defer grace.Stop()
 	for {
-		if c.conn == nil && !c.reconnect() {
-			c.shutdown()
-			return
+		if c.conn == nil {
+			if !c.base {
+				c.retire()
+				return
+			}
+			if !c.reconnect() {
+				c.shutdown()
+				return
+			}
 		}
 		select {
 		case <-c.s.ctx.Done():
@@ -199,6 +256,9 @@ func (c *lockConn) run() {
 			c.flush()
 		case <-grace.C:
 			c.idle()
+			if !c.base && c.conn != nil && c.s.retireIdle(c) {
+				return
+			}
 		}
 	}
 }
@@ -207,15 +267,26 @@ func (c *lockConn) run() {
 // watches its socket (see run and idle).
 const idleWatchDelay = 2 * time.Millisecond
 
+// deadline is when the round trip starting now must have succeeded: within
+// Timeout, and before the lease bound of the last confirmation passes.
+func (c *lockConn) deadline(now time.Time) time.Time {
+	d := now.Add(c.s.cfg.Timeout)
+	if lease := c.confirmed.Add(c.s.cfg.LeaseBound); lease.Before(d) {
+		return lease
+	}
+	return d
+}
+
 // idle waits for work while reading the idle connection, so that a
 // session the server ends (pg_terminate_backend, a shutdown: the server
 // says so before it closes the socket) or a socket the kernel closes is
 // noticed at once. A submit interrupts the read (it cancels the watch: the
-// read times out and the connection stays usable). After KeepAlive without
-// work the connection is pinged, which notices a peer that went silent
-// (together with the TCP keepalive probes) within KeepAlive + Timeout.
+// read times out and the connection stays usable). KeepAlive after the
+// last confirmation the connection is pinged, under the lease deadline: a
+// peer that went silent costs the connection, and its locks, within
+// LeaseBound of the last round trip that succeeded.
 func (c *lockConn) idle() {
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.KeepAlive)
+	ctx, cancel := context.WithDeadline(c.s.ctx, c.confirmed.Add(c.s.cfg.KeepAlive))
 	defer cancel()
 	c.mu.Lock()
 	if len(c.pending) > 0 {
@@ -236,12 +307,15 @@ func (c *lockConn) idle() {
 	case ctx.Err() == nil:
 		c.fail(fmt.Errorf("connection lost while idle: %w", err), nil)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		pctx, pcancel := context.WithTimeout(c.s.ctx, c.s.cfg.Timeout)
+		sent := time.Now()
+		pctx, pcancel := context.WithDeadline(c.s.ctx, c.deadline(sent))
 		err := c.conn.Ping(pctx)
 		pcancel()
 		if err != nil {
 			c.fail(fmt.Errorf("ping: %w", err), nil)
+			return
 		}
+		c.confirmed = sent
 	default:
 		// Woken by submit: run flushes.
 	}
@@ -299,11 +373,15 @@ func (c *lockConn) flush() {
 	}
 }
 
+// SQLSTATE out_of_memory is what PostgreSQL answers, as "out of shared
+// memory", for a lock its lock table has no room for.
+const sqlstateOutOfSharedMemory = "53200"
+
 // roundTrip runs one batch in one statement, so one round trip without
-// pipelining, and applies the results once every result has been read.
+// pipelining, and applies the results once every result has been read. A
+// batch the server could not run for lack of lock-table room is settled by
+// settleCapacity instead.
 func (c *lockConn) roundTrip(batch []*request) error {
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.Timeout)
-	defer cancel()
 	n := len(batch)
 	isLock := make([]bool, n)
 	ns := make([]int32, n)
@@ -312,36 +390,20 @@ func (c *lockConn) roundTrip(batch []*request) error {
 		isLock[i] = r.kind == lockRequest
 		ns[i], ids[i] = r.id.Namespace, r.id.ID
 	}
-	results := make([]int64, n)
-	seen := make([]bool, n)
 	c.roundTrips.Add(1)
 	c.requests.Add(int64(n))
-	rows, err := c.conn.Query(ctx, c.s.batchSQL, isLock, ns, ids)
+	sent := time.Now()
+	ctx, cancel := context.WithDeadline(c.s.ctx, c.deadline(sent))
+	defer cancel()
+	results, err := c.query(ctx, c.s.batchSQL, n, isLock, ns, ids)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateOutOfSharedMemory {
+		return c.settleCapacity(ctx, batch, ns, ids, pgErr)
+	}
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var i, v int64
-		if err := rows.Scan(&i, &v); err != nil {
-			rows.Close()
-			return err
-		}
-		if i < 1 || i > int64(n) || seen[i-1] {
-			rows.Close()
-			return fmt.Errorf("unexpected result for request %d of %d", i, n)
-		}
-		seen[i-1] = true
-		results[i-1] = v
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for i, ok := range seen {
-		if !ok {
-			return fmt.Errorf("no result for request %d of %d", i+1, n)
-		}
-	}
+	c.confirmed = sent
 
 	var notHeld error
 	for i, r := range batch {
@@ -365,6 +427,82 @@ func (c *lockConn) roundTrip(batch []*request) error {
 	return nil
 }
 
+// query runs sql, whose rows are (request number from 1, value), and
+// returns the values of requests 1 to n, failing unless each came exactly
+// once.
+func (c *lockConn) query(ctx context.Context, sql string, n int, args ...any) ([]int64, error) {
+	results := make([]int64, n)
+	seen := make([]bool, n)
+	rows, err := c.conn.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var i, v int64
+		if err := rows.Scan(&i, &v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if i < 1 || i > int64(n) || seen[i-1] {
+			rows.Close()
+			return nil, fmt.Errorf("unexpected result for request %d of %d", i, n)
+		}
+		seen[i-1] = true
+		results[i-1] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i, ok := range seen {
+		if !ok {
+			return nil, fmt.Errorf("no result for request %d of %d", i+1, n)
+		}
+	}
+	return results, nil
+}
+
+// settleCapacity settles a batch whose statement failed with "out of
+// shared memory": a try-lock found no room in the server's lock table. The
+// statement stopped part way, and session advisory locks ignore the
+// rollback, so the tries before the failing one may hold their locks and
+// the unlocks before it have run. One more statement looks up which of the
+// batch's locks the session holds (pg_locks) and unlocks them: every
+// unlock of the batch then has succeeded, and every try-lock fails with
+// lockstore.ErrCapacity. The other locks on the connection stay held.
+func (c *lockConn) settleCapacity(ctx context.Context, batch []*request, ns, ids []int32, cause *pgconn.PgError) error {
+	sent := time.Now()
+	if _, err := c.query(ctx, settleSQL, len(batch), ns, ids); err != nil {
+		return fmt.Errorf("settle a batch after %q: %w", cause.Message, err)
+	}
+	c.confirmed = sent
+	capErr := fmt.Errorf("postgres: the server's lock table is full (%s; raise max_locks_per_transaction, or lower Config.MaxHeld): %w",
+		cause.Message, lockstore.ErrCapacity)
+	for _, r := range batch {
+		if r.kind == unlockRequest {
+			c.released(r)
+			continue
+		}
+		c.unload()
+		if r.state.CompareAndSwap(requestPending, requestCompleted) {
+			r.err = capErr
+			close(r.done)
+		} else {
+			c.s.queue.pass(r.id) // its caller gave up
+		}
+	}
+	return nil
+}
+
+// settleSQL unlocks those of the locks (namespaces $1, ids $2) the session
+// holds, answering for each (number from 1, 1 when it was held).
+const settleSQL = `WITH mine AS MATERIALIZED (
+	SELECT classid::int8 AS a, objid::int8 AS b FROM pg_locks
+	WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 2 AND granted)
+SELECT t.i, CASE WHEN EXISTS (SELECT 1 FROM mine WHERE mine.a = t.a::int8 AND mine.b = t.b::int8)
+	THEN CASE WHEN pg_advisory_unlock(t.a, t.b) THEN 1 ELSE 0 END ELSE 0 END
+FROM unnest($1::int4[], $2::int4[]) WITH ORDINALITY AS t(a, b, i)`
+
 // batchSQLFor is the statement of one round trip: for each element of the
 // arrays, in order, an unlock (op false: 1 when the session held the lock,
 // 0 when not) or a try-lock (op true: a fencing token drawn from seq in the
@@ -384,6 +522,7 @@ func (c *lockConn) released(r *request) {
 	delete(c.held, l.id)
 	c.mu.Unlock()
 	l.state.Store(lockReleased)
+	c.unload()
 	c.s.queue.pass(l.id)
 	close(r.done)
 }
@@ -391,6 +530,7 @@ func (c *lockConn) released(r *request) {
 // granted applies the result of a try-lock: token 0 means not granted.
 func (c *lockConn) granted(r *request, token int64, now time.Time) {
 	if token == 0 {
+		c.unload()
 		if r.state.CompareAndSwap(requestPending, requestCompleted) {
 			close(r.done)
 		} else {
@@ -427,6 +567,15 @@ func (c *lockConn) shutdown() {
 	c.drop(lockstore.ErrClosed, nil, true)
 }
 
+// retire takes an extra connection that failed or is idle out of the
+// store; its owner goroutine then returns.
+func (c *lockConn) retire() {
+	c.mu.Lock()
+	c.retired = true
+	c.mu.Unlock()
+	c.s.removeConn(c)
+}
+
 func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	// A round trip cut short by Close fails like any other: report it as
 	// the store closing, not as the connection being down.
@@ -448,32 +597,49 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 		c.closed = true
 	} else {
 		c.lastErr = cause
+		if !c.base {
+			// Requests go to another connection from now on.
+			c.retired = true
+		}
 	}
 	reqErr := c.unavailableLocked()
+	lostErr := fmt.Errorf("%w: %w", lockstore.ErrLockLost, cause)
 	if closing {
 		reqErr = lockstore.ErrClosed
+		lostErr = fmt.Errorf("%w: %w", lockstore.ErrLockLost, lockstore.ErrClosed)
 	}
 	pending := c.pending
 	c.pending = nil
 	// The server freed every lock of the closed session. They end under
 	// c.mu, so that a Release that finds the connection down (submit fails)
 	// knows its lock has already ended and its turn passed on.
+	held := make([]*pgLock, 0, len(c.held))
 	for _, l := range c.held {
-		l.end()
+		held = append(held, l)
 	}
 	clear(c.held)
+	for _, l := range held {
+		l.end(lostErr)
+	}
 	c.mu.Unlock()
+	for range held {
+		c.unload()
+	}
 
 	for _, rs := range [][]*request{inflight, pending} {
 		for _, r := range rs {
 			switch {
 			case r.kind == unlockRequest:
-				// Its lock was among held: released with the session.
+				// Its lock was among held: it ended with the session, but
+				// nothing confirmed it was held up to the unlock.
+				r.err = fmt.Errorf("postgres: release %s: %w", r.lock.key, lostErr)
 				close(r.done)
 			case r.state.CompareAndSwap(requestPending, requestCompleted):
+				c.unload()
 				r.err = reqErr
 				close(r.done)
 			default:
+				c.unload()
 				c.s.queue.pass(r.id) // its caller gave up
 			}
 		}

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +29,9 @@ type pgLock struct {
 	at    time.Time
 	state atomic.Int32
 	lost  chan struct{}
+	// lostErr says why the lock was lost; it is set before state becomes
+	// lockLost.
+	lostErr error
 }
 
 var _ lockstore.Lock = (*pgLock)(nil)
@@ -36,46 +41,59 @@ func (l *pgLock) Key() lockstore.Key { return l.key }
 
 // Token is the fencing token drawn from the store's sequence in the same
 // statement that took the lock: greater than every token granted before,
-// on any node.
+// on any node, across restarts and crash recovery of the server (see the
+// package doc).
 func (l *pgLock) Token() int64 { return l.token }
 
 // AcquiredAt is when this node received the grant.
 func (l *pgLock) AcquiredAt() time.Time { return l.at }
 
-// Lost is closed when the lock connection holding this lock fails (the
-// server has then freed the lock) or the store is closed.
+// Lost is closed when the lock can no longer be believed held: its lock
+// connection failed or went LeaseBound without a confirmed round trip (the
+// store then closes the connection, so the server frees the lock), or the
+// store closed.
 func (l *pgLock) Lost() <-chan struct{} { return l.lost }
 
 // Release runs pg_advisory_unlock on the lock connection and waits for the
 // server's answer, whatever ctx says: the unlock runs under the store's
-// context and Config.Timeout bounds it (a round trip that takes longer
+// context and within the lease bound (a round trip that takes longer
 // closes the connection, which frees the lock too), so a release is never
 // cut short by a caller going away, and once Release returns the key can be
-// taken again. An unlock the server answers with false means the
-// connection is in doubt: the store closes it and Release returns an error
-// matching lockstore.ErrLockLost. Release is idempotent, and a lock already
-// lost releases to nil.
+// taken again.
+//
+// Release returns nil only when the server confirmed that the session held
+// the lock up to the unlock. It returns an error matching
+// lockstore.ErrLockLost when it cannot: the lock was lost before (Lost is
+// closed), its connection failed or passed the lease bound before the
+// unlock was confirmed, or the unlock answered false (the store then closes
+// the connection, which is in doubt). Another holder may then have held the
+// key meanwhile. Release is idempotent: after a nil, later calls return
+// nil; a lost lock's Release returns the error each time.
 func (l *pgLock) Release(context.Context) error {
 	if !l.state.CompareAndSwap(lockHeld, lockReleasing) {
+		if l.state.Load() == lockLost {
+			return fmt.Errorf("postgres: release %s: %w", l.key, l.lostErr)
+		}
 		return nil
 	}
 	r := &request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})}
 	if err := l.c.submit(r); err != nil {
 		// Every error of submit means the connection the lock lived on is
-		// gone (ErrClosed, errStaleLock) or down (ErrUnavailable): the
-		// server frees the lock with that session, and the owner goroutine
-		// ends it (lost, or released as it is releasing now). There is
-		// nothing left to unlock, so Release succeeds, as documented.
-		return nil //nolint:nilerr // a lock whose connection is gone is lost, and a lost lock releases to nil
+		// gone (ErrClosed, errStaleLock, errRetired) or down
+		// (ErrUnavailable): the server frees the lock with that session,
+		// and the owner goroutine ends it. Nothing confirmed that it was
+		// held up to now.
+		return fmt.Errorf("postgres: release %s: %w: %w", l.key, lockstore.ErrLockLost, err)
 	}
 	<-r.done
 	return r.err
 }
 
 // end ends a lock whose connection has closed (the server freed it with the
-// session): a held lock is lost, one being released is released. The turn
-// passes on.
-func (l *pgLock) end() {
+// session): a held lock is lost, with cause, one being released is
+// released. The turn passes on. The connection's mutex is held.
+func (l *pgLock) end(cause error) {
+	l.lostErr = cause
 	if l.state.CompareAndSwap(lockHeld, lockLost) {
 		close(l.lost)
 	} else {
@@ -84,10 +102,12 @@ func (l *pgLock) end() {
 	l.c.s.queue.pass(l.id)
 }
 
-// connFor is the lock connection that serves id: the same one for as long
-// as the store lives, so that the turn queue and the session agree.
+// connFor is the lock connection a new grant of id goes to: one of the
+// active set (see rebalance), spread by lock id. An unlock goes to the
+// lock's own connection.
 func (s *Store) connFor(id LockID) *lockConn {
-	return s.conns[mixLockID(id)>>32%uint64(len(s.conns))]
+	active := *s.active.Load()
+	return active[mixLockID(id)>>32%uint64(len(active))]
 }
 
 // TryLock takes key now, or fails with lockstore.ErrLocked when another
@@ -102,7 +122,7 @@ func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock,
 	if !s.queue.tryTake(id) {
 		return nil, fmt.Errorf("%w: %s (held or being taken on this node)", lockstore.ErrLocked, key)
 	}
-	l, err := s.attempt(ctx, s.connFor(id), key, id)
+	l, err := s.attempt(ctx, key, id)
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +149,10 @@ func (s *Store) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, er
 	if err := s.queue.take(ctx, s.ctx.Done(), id); err != nil {
 		return nil, err
 	}
-	c := s.connFor(id)
 	var timer *time.Timer
 	delay := min(firstPollInterval, s.cfg.PollInterval)
 	for {
-		l, err := s.attempt(ctx, c, key, id)
+		l, err := s.attempt(ctx, key, id)
 		if err != nil {
 			return nil, err
 		}
@@ -176,9 +195,27 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (LockID, error) {
 // the key (the caller still holds the turn); an error otherwise, and then
 // the turn has been passed on (here, or by the owner goroutine once the
 // result of an abandoned try arrives and, if it was a grant, is unlocked).
-func (s *Store) attempt(ctx context.Context, c *lockConn, key lockstore.Key, id LockID) (*pgLock, error) {
+// It fails with lockstore.ErrCapacity when the store holds Config.MaxHeld
+// locks.
+func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgLock, error) {
+	if n := s.held.Add(1); n > int64(s.maxHeld) {
+		s.held.Add(-1)
+		s.queue.pass(id)
+		return nil, fmt.Errorf("postgres: lock %s: the store holds %d locks (Config.MaxHeld): %w", key, s.maxHeld, lockstore.ErrCapacity)
+	}
 	r := &request{kind: lockRequest, id: id, key: key, done: make(chan struct{})}
-	if err := c.submit(r); err != nil {
+	for {
+		err := s.connFor(id).submit(r)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, errRetired) {
+			// An extra connection went away since the active set was read:
+			// the next read no longer has it.
+			runtime.Gosched()
+			continue
+		}
+		s.held.Add(-1)
 		s.queue.pass(id)
 		return nil, err
 	}

@@ -148,7 +148,7 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 // round trip carried.
 func reportBatching(b *testing.B, s *Store) {
 	var trips, reqs int64
-	for _, c := range s.conns {
+	for _, c := range s.lockConns() {
 		trips += c.roundTrips.Load()
 		reqs += c.requests.Load()
 	}

@@ -42,8 +42,9 @@ func TestConformance(t *testing.T) {
 }
 
 // TestNewWithoutCreatePrivilege runs a node as a role that may not create
-// anything: once an administrator has created the schema and the sequence
-// (docs/postgres-production.md), New only reads the catalog.
+// anything: once an administrator has created the schema, the sequence and
+// the epoch tables (docs/postgres-production.md), New only reads the
+// catalog.
 func TestNewWithoutCreatePrivilege(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -57,6 +58,11 @@ func TestNewWithoutCreatePrivilege(t *testing.T) {
 		`CREATE SEQUENCE claimbus.lock_token AS bigint MINVALUE 1 NO CYCLE CACHE 1`,
 		`GRANT USAGE ON SCHEMA claimbus TO ` + role,
 		`GRANT USAGE, UPDATE ON SEQUENCE claimbus.lock_token TO ` + role,
+		`CREATE TABLE claimbus.lock_epoch (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)`,
+		`INSERT INTO claimbus.lock_epoch VALUES (1, 0)`,
+		`CREATE UNLOGGED TABLE claimbus.lock_epoch_live (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)`,
+		`GRANT SELECT, UPDATE ON claimbus.lock_epoch TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON claimbus.lock_epoch_live TO ` + role,
 	} {
 		_, err := admin.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)

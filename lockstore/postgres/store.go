@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -47,9 +49,22 @@ type Store struct {
 	// connConfig opens the lock connections: the pool's, with Node as
 	// application_name and TCP keepalive after Config.KeepAlive.
 	connConfig *pgx.ConnConfig
-	// conns are the lock connections; queue is the node-local turn queue
-	// in front of them.
-	conns []*lockConn
+	// connsMu guards conns, the lock connections (the base ones first),
+	// and the fields of their growth (see conns.go); active is the set new
+	// grants go to.
+	connsMu    sync.Mutex
+	conns      []*lockConn
+	active     atomic.Pointer[[]*lockConn]
+	nextIndex  int
+	maxConns   int
+	growing    bool
+	growFailed time.Time
+	closing    bool
+	// held counts the locks held and the lock requests on their way, for
+	// maxHeld (Config.MaxHeld, or its default from the server's settings).
+	held    atomic.Int64
+	maxHeld int
+	// queue is the node-local turn queue in front of the lock connections.
 	queue *turnQueue
 	// serial is the node-local turn queue of Serialize and Exclusive, so
 	// that a node's own callers for one key wait in Go, not each on a
@@ -106,16 +121,23 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := s.createSchema(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.sizeCapacity(ctx); err != nil {
+		return nil, err
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// The first connections are opened here, under ctx, so that New fails
 	// when the database cannot be reached; later ones by their owners.
 	stop := context.AfterFunc(ctx, s.cancel)
 	defer stop()
 	s.conns = make([]*lockConn, cfg.LockConns)
+	s.nextIndex = cfg.LockConns
+	active := slices.Clone(s.conns)
+	s.active.Store(&active)
 	var errs []error
 	for i := range s.conns {
-		c := newLockConn(s, i)
+		c := newLockConn(s, i, true)
 		s.conns[i] = c
+		active[i] = c
 		if err := c.connect(); err != nil {
 			errs = append(errs, fmt.Errorf("lock connection %d: %w", i, err))
 		}
@@ -213,6 +235,27 @@ func (s *Store) createSchema(ctx context.Context) error {
 	return nil
 }
 
+// sizeCapacity sets maxHeld (Config.MaxHeld, or a quarter of the
+// server's lock table) and maxConns.
+func (s *Store) sizeCapacity(ctx context.Context) error {
+	s.maxHeld = s.cfg.MaxHeld
+	if s.maxHeld == 0 {
+		var table int64
+		err := s.pool.QueryRow(ctx, `SELECT current_setting('max_locks_per_transaction')::int8 *
+			(current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8)`).Scan(&table)
+		if err != nil {
+			return fmt.Errorf("postgres: New: read the size of the server's lock table: %w", err)
+		}
+		s.maxHeld = int(max(table/4, 1))
+	}
+	extra := (s.maxHeld + s.cfg.LocksPerConn - 1) / s.cfg.LocksPerConn
+	s.maxConns = s.cfg.LockConns + min(extra, maxExtraConns)
+	return nil
+}
+
+// maxExtraConns bounds the lock connections opened beyond Config.LockConns.
+const maxExtraConns = 256
+
 // Pool returns the pool the store was made with (Serialize runs on it).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
@@ -241,6 +284,10 @@ func (s *Store) checkOpen() error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		// No connection opens from now on (see rebalance).
+		s.connsMu.Lock()
+		s.closing = true
+		s.connsMu.Unlock()
 		s.cancel()
 		s.wg.Wait()
 	})
