@@ -25,11 +25,12 @@
 //	// ... write, passing l.Token() to a resource that fences stale holders;
 //	// stop when <-l.Lost() fires.
 //
-// Locks live on a small fixed set of dedicated lock connections
-// (Config.LockConns, default 2), opened from the pool's configuration (its
-// credentials, application_name and settings) but outside the pool: a
-// session holds any number of advisory locks, so 1,000 locks held at once
-// need 2 connections, not 1,000. Distinct keys are spread over the lock
+// Locks live on a small set of dedicated lock connections
+// (Config.LockConns, default 2, more while many locks are held: see Many
+// locks), opened from the pool's configuration (its credentials,
+// application_name and settings) but outside the pool: a session holds any
+// number of advisory locks, so 1,000 locks held at once need 2
+// connections, not 1,000. Distinct keys are spread over the lock
 // connections by lock id.
 //
 // In front of the server, a node-local FIFO queue per lock id lets only one
@@ -50,22 +51,79 @@
 // unlocked.
 //
 // Fencing tokens come from a sequence (Config.Schema, default "claimbus",
-// created by New when missing) read in the statement that takes the lock,
-// so they cost no round trip and grow across all nodes.
+// created by New when missing, with the epoch tables that keep it rising
+// across crash recovery) read in the statement that takes the lock, so
+// they cost no round trip and grow across all nodes.
 //
-// # Losing a lock
+// # Losing a lock: the contract
 //
-// Release runs pg_advisory_unlock and checks its answer. When the answer is
-// false or missing, when a round trip or a ping fails or times out, or when
-// the server ends the session, the store closes that lock connection (the
-// server frees its locks; a connection in doubt is never reused), closes
-// Lost of every lock it held, and reconnects with backoff
-// (Config.ReconnectBackoff). Meanwhile calls whose keys live on that
-// connection fail fast with an error matching lockstore.ErrUnavailable.
-// An idle lock connection is read while it waits, so a terminated session
-// or a server shutdown is noticed at once; a peer that went silent is
-// noticed within Config.KeepAlive + Config.Timeout (ping, and TCP
-// keepalive probes).
+// A network can go silent, so no lock service can promise that two
+// holders never overlap; what this store promises is a bounded window, a
+// holder that learns of its loss within it, and fencing tokens that let a
+// resource refuse the stale holder.
+//
+//   - Lease bound. A lock is believed held only while its lock connection
+//     has confirmed it recently: when no round trip on the connection has
+//     succeeded within Config.LeaseBound (default 2s) of the last one that
+//     did (counted from when that one was sent), the store closes the
+//     connection and closes Lost of every lock on it. An idle connection
+//     is pinged KeepAlive after its last round trip, and every round trip
+//     must answer within Timeout and before the lease bound, so a healthy
+//     holder never trips it (Validate refuses KeepAlive + Timeout >
+//     LeaseBound).
+//   - Release tells the truth. Release returns nil only when the server
+//     confirmed that the session held the lock up to the unlock; an error
+//     matching lockstore.ErrLockLost when the lock was lost before, when
+//     its connection failed or passed the lease bound before the unlock
+//     was confirmed, or when the unlock answered false.
+//   - Tokens never go back. Every grant's token is greater than every
+//     earlier grant's for that key (and every other key), on every node,
+//     across store restarts, reconnects and crash recovery of the server
+//     even with synchronous_commit = off (see epoch.go in the source, and
+//     docs/postgres-production.md for failover to a replica).
+//   - A failed connection frees its locks at once. On any failed or timed
+//     out round trip the store closes the socket itself before anything
+//     else, so the server ends the session, and frees its locks, as soon
+//     as the close reaches it (within a round trip once a network heals).
+//   - Capacity is per request. A lock past Config.MaxHeld, or one the
+//     server's lock table has no room for (SQLSTATE 53200, sized by
+//     max_locks_per_transaction), fails that request with an error matching
+//     lockstore.ErrCapacity; every other lock stays held.
+//
+// The window, the longest time two holders may both believe they hold one
+// key, by fault (measured figures: docs/RELIABILITY.md):
+//
+//	fault                                        window
+//	holder killed, session terminated, cut       0: the server frees the locks as the holder
+//	  (RST), server shut down or crashed            learns it (the socket closes, or says why)
+//	black hole both ways, latency past Timeout   0: the server keeps the session (and the
+//	                                                locks) until the holder's close reaches it
+//	server to client silent, then the server     up to LeaseBound: the holder learns only
+//	  ends the session (or frees it any way        from the missing answers
+//	  the holder cannot hear)
+//	process paused (GC, SIGSTOP) past LeaseBound 0 on the server (the socket stays up); the
+//	                                                holder's own checks of Lost are late
+//
+// To shrink the window, lower LeaseBound (KeepAlive and Timeout follow),
+// at the price of a ping per connection every KeepAlive and of losing
+// locks to latency spikes past Timeout. Whatever the window, fence: pass
+// Token to the resource and have it refuse writes with a lower one (for
+// example UPDATE ... SET token = $t WHERE token <= $t); once the next
+// holder has written, the stale holder's writes are refused.
+//
+// After a loss, calls whose keys go to a connection being replaced fail
+// fast with an error matching lockstore.ErrUnavailable until it is back
+// (Config.ReconnectBackoff). An idle lock connection is read while it
+// waits, so a terminated session or a server shutdown is noticed at once.
+//
+// # Many locks
+//
+// PostgreSQL walks a session's whole lock table at every statement, so a
+// connection holding many locks makes every round trip on it slower. New
+// grants go to connections holding fewer than Config.LocksPerConn locks;
+// when none is left, the store opens one more (up to MaxHeld /
+// LocksPerConn beyond LockConns), and closes it again once it holds
+// nothing.
 //
 // Session locks need a direct or session-mode connection: see
 // docs/postgres-production.md in the repository for PgBouncer, keepalive
