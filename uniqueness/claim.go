@@ -327,9 +327,11 @@ func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
 // runs its own lookup), which keeps an uncontended claim at one lookup.
 //
 // Release always gives the key up. It returns the error of a failed
-// re-check or of the Locker's release, for logging; the claim is released
-// all the same. It is idempotent: later calls return nil. A claim whose
-// lock was lost (Lost is closed) releases the same way.
+// re-check or of the Locker's release, wrapped, for logging; the claim is
+// released all the same. The Locker's error matches lockstore.ErrLockLost
+// when the lock under the claim was lost before the release (Lost is
+// closed) or its unlock went unconfirmed: the holder's write may then have
+// overlapped another claimant's. It is idempotent: later calls return nil.
 //
 // The holder must have committed its write before calling Release: a
 // re-check that cannot see the write lets the next claimant in.
