@@ -417,6 +417,7 @@ func TestLostClaimPassesOn(t *testing.T) {
 				require.NoError(t, r2.err, "the lost holder wrote nothing: the next claimant gets the key")
 				require.EqualValues(t, 2, tb.lookups.Load())
 				require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost, "releasing a lost claim reports the loss")
+				require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost, "every time")
 				_, err := store.TryLock(ctx, k)
 				require.ErrorIs(t, err, lockstore.ErrLocked, "the lost claim's release must not free the next owner")
 				require.NoError(t, r2.claim.Release(ctx))
