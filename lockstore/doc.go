@@ -14,8 +14,10 @@
 // A lock ends when its holder calls Release; when its lease runs out (the
 // memory store with a TTL, see Refresher); or when the connection holding it
 // closes (PostgreSQL). In every case but Release, the lock's Lost channel
-// closes, and the next waiter is granted the key with a greater fencing
-// token (Lock.Token), so a resource can refuse writes from a stale holder.
+// closes, the holder's Release returns an error matching ErrLockLost, and
+// the next waiter is granted the key with a greater fencing token
+// (Lock.Token), so a resource can refuse writes from a stale holder.
+// Release returns nil only for a lock held up to its release.
 //
 // A caller who wants a lock to die with an owner context binds the two in
 // one line:

@@ -17,7 +17,12 @@ var (
 	// ErrTimeout is returned when a wait for a lock ran out on the server's
 	// side (for PostgreSQL: lock_timeout).
 	ErrTimeout = errors.New("lockstore: lock wait timed out")
-	// ErrLockLost is returned by Refresh on a lock that has already ended.
+	// ErrLockLost is returned by Refresh on a lock that has already ended,
+	// and by Release when it cannot confirm that the lock was held up to
+	// the release: the lock was lost before (lease expiry, a lost
+	// connection, Reset, Close) or the unlock went unconfirmed. The
+	// holder's writes under the lock may then have overlapped another
+	// owner's (see Lock.Token for fencing).
 	ErrLockLost = errors.New("lockstore: lock lost")
 	// ErrCapacity is returned by TryLock and Lock when the store, or the
 	// server behind it, has no room for one more lock (for PostgreSQL:

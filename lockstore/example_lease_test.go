@@ -10,8 +10,8 @@ import (
 )
 
 // With a TTL every lock is a lease: unless refreshed, it ends TTL after its
-// grant, its Lost channel closes and the key passes on. The fake clock of
-// lockstoretest decides when time passes.
+// grant, its Lost channel closes, its Release reports the loss and the key
+// passes on. The fake clock of lockstoretest decides when time passes.
 func ExampleMemoryConfig_lease() {
 	ctx := context.Background()
 	clock := lockstoretest.NewClock(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC))
@@ -43,6 +43,7 @@ func ExampleMemoryConfig_lease() {
 	fmt.Println("lost at", clock.Now().Format(time.TimeOnly))
 	err = l.(lockstore.Refresher).Refresh(ctx)
 	fmt.Println("Refresh:", err)
+	fmt.Println("Release:", l.Release(ctx))
 
 	next, err := store.TryLock(ctx, key)
 	if err != nil {
@@ -53,5 +54,6 @@ func ExampleMemoryConfig_lease() {
 	// refreshed at 09:00:50, still held at 09:01:40
 	// lost at 09:01:50
 	// Refresh: lockstore: refresh transfer/42: lockstore: lock lost
+	// Release: lockstore: release transfer/42: lockstore: lock lost
 	// next holds transfer/42 since 09:01:50
 }

@@ -9,7 +9,8 @@ import (
 //
 // The ctx given to TryLock and Lock bounds the call (the wait), never the
 // ownership: a granted Lock stays held until its Release, or until the store
-// ends it (lease expiry, a lost connection, Reset, Close), which closes Lost.
+// ends it (lease expiry, a lost connection, Reset, Close), which closes Lost
+// and makes its Release return an error matching ErrLockLost.
 type Locker interface {
 	// TryLock takes key now, or fails with ErrLocked while a live owner holds
 	// it. A ctx that is already done gets ctx's error.
@@ -30,10 +31,19 @@ type Lock interface {
 	// AcquiredAt is when the lock was granted.
 	AcquiredAt() time.Time
 	// Lost is closed when the lock ends for any reason other than its own
-	// Release: lease expiry, a lost connection, Reset or Close.
+	// Release: lease expiry, a lost connection, Reset or Close. The holder
+	// should stop writing under the lock; its Release reports the loss.
 	Lost() <-chan struct{}
-	// Release gives the key up. It is idempotent: it returns nil on a lock
-	// already released or lost, and never frees a later owner's grant.
+	// Release gives the key up and tells whether the lock was held to the
+	// end. It returns nil only when the lock was still held up to the
+	// release, and otherwise an error matching ErrLockLost: the lock was
+	// lost before (lease expiry, a lost connection, Reset, Close), or the
+	// unlock could not be confirmed. Either way this owner no longer holds
+	// the key once Release returns.
+	//
+	// It is idempotent: after a Release that returned nil, later calls
+	// return nil; on a lost lock, every call returns an error matching
+	// ErrLockLost. It never frees a later owner's grant.
 	Release(ctx context.Context) error
 }
 
@@ -62,7 +72,8 @@ type Store interface {
 	Locker
 	// Held lists the locks held now.
 	Held(ctx context.Context) ([]Holder, error)
-	// Close ends every lock the store granted (closing their Lost channels),
-	// fails every waiter with ErrClosed and stops every goroutine it started.
+	// Close ends every lock the store granted (closing their Lost channels;
+	// their Release then reports ErrLockLost), fails every waiter with
+	// ErrClosed and stops every goroutine it started.
 	Close() error
 }

@@ -28,7 +28,8 @@ const (
 type MemoryConfig struct {
 	// TTL, when positive, makes every lock a lease: a lock that is neither
 	// released nor refreshed (see Refresher) within TTL of its grant or last
-	// Refresh ends, its Lost channel closes and the next waiter gets the key.
+	// Refresh ends, its Lost channel closes, its Release reports ErrLockLost
+	// and the next waiter gets the key.
 	// 0, the default, means no lease: a lock ends at Release, Reset or Close.
 	TTL time.Duration
 	// Clock stamps grants and runs the lease timers. Default: the system
@@ -269,8 +270,9 @@ func (m *Memory) Held(ctx context.Context) ([]Holder, error) {
 }
 
 // Reset ends every lock held now, as if its lease had run out: its Lost
-// channel closes and the key goes to its next waiter, if any, with a new,
-// greater token. Tokens are never rewound. It is meant for tests.
+// channel closes, its Release reports ErrLockLost, and the key goes to its
+// next waiter, if any, with a new, greater token. Tokens are never rewound.
+// It is meant for tests.
 func (m *Memory) Reset(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -292,9 +294,10 @@ func (m *Memory) Reset(ctx context.Context) error {
 	return nil
 }
 
-// Close ends every lock (closing its Lost channel), fails every waiter with
-// ErrClosed, stops the lease timers and waits for any timer call already
-// running. Later calls on the store fail with ErrClosed; Close itself is
+// Close ends every lock (closing its Lost channel; its Release then
+// returns an error matching both ErrLockLost and ErrClosed), fails every
+// waiter with ErrClosed, stops the lease timers and waits for any timer
+// call already running. Later calls on the store fail with ErrClosed; Close itself is
 // idempotent and returns nil.
 func (m *Memory) Close() error {
 	m.closeOnce.Do(func() {

@@ -85,13 +85,20 @@ func (l *memLock) Lost() <-chan struct{} {
 	return e.lost
 }
 
-// Release gives the key to its next waiter, or frees it. It returns nil,
-// and does nothing, on a lock already released or lost.
+// Release gives the key to its next waiter, or frees it, and returns nil.
+// On a lock the store ended (lease expiry, Reset, Close) it does nothing
+// and returns an error wrapping ErrLockLost, and ErrClosed too once the
+// store is closed, each time it is called; on a lock already released, nil.
 func (l *memLock) Release(context.Context) error {
 	s := l.shard
 	s.mu.Lock()
-	if l.state == held {
+	switch l.state {
+	case held:
 		s.end(l, released)
+	case lost:
+		closed := s.closed
+		s.mu.Unlock()
+		return l.lostError("release", closed)
 	}
 	s.mu.Unlock()
 	return nil
@@ -99,7 +106,8 @@ func (l *memLock) Release(context.Context) error {
 
 // Refresh extends the lease by one TTL from now. On a store without TTL it
 // only reports whether the lock is still held. It fails with ErrLockLost on a
-// lock that was released or lost.
+// lock that was released or lost (and with ErrClosed too once the store is
+// closed).
 func (l *memLock) Refresh(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -108,16 +116,22 @@ func (l *memLock) Refresh(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.state != held {
-		if s.closed {
-			return fmt.Errorf("lockstore: refresh %s: %w: %w", l.key, ErrLockLost, ErrClosed)
-		}
-		return fmt.Errorf("lockstore: refresh %s: %w", l.key, ErrLockLost)
+		return l.lostError("refresh", s.closed)
 	}
 	if s.m.ttl > 0 {
 		s.stopLease(l.ext)
 		s.startLease(l)
 	}
 	return nil
+}
+
+// lostError is the error of op on l once l is no longer held: it wraps
+// ErrLockLost, and ErrClosed too when closed (the store is).
+func (l *memLock) lostError(op string, closed bool) error {
+	if closed {
+		return fmt.Errorf("lockstore: %s %s: %w: %w", op, l.key, ErrLockLost, ErrClosed)
+	}
+	return fmt.Errorf("lockstore: %s %s: %w", op, l.key, ErrLockLost)
 }
 
 // failWaiters fails every waiter queued on the lock with err. The caller

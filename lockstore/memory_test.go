@@ -182,7 +182,7 @@ func TestMemoryReset(t *testing.T) {
 	again, err := m.TryLock(ctx, key("lone"))
 	require.NoError(t, err, "a key reset with no waiter is free")
 	require.Greater(t, again.Token(), lone.Token(), "Reset does not rewind tokens")
-	require.NoError(t, lone.Release(ctx), "Release of a lock ended by Reset")
+	require.ErrorIs(t, lone.Release(ctx), lockstore.ErrLockLost, "Release of a lock ended by Reset")
 	_, err = m.TryLock(ctx, key("lone"))
 	require.ErrorIs(t, err, lockstore.ErrLocked, "a stale Release does not free the new owner")
 
@@ -195,6 +195,50 @@ func TestMemoryReset(t *testing.T) {
 	require.ErrorIs(t, m.Reset(ctx), lockstore.ErrClosed)
 	require.Zero(t, m.Waiting(key("busy")))
 	require.Zero(t, m.Len())
+}
+
+// Release tells the truth: a lock the store ended (lease expiry, Reset,
+// Close) releases to an error wrapping ErrLockLost and naming its key, each
+// time, and ErrClosed too once the store is closed; a lock released by its
+// owner releases to nil again.
+func TestMemoryReleaseOfLostLock(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := lockstoretest.NewClock(epoch)
+	m := newMemory(t, lockstore.MemoryConfig{TTL: time.Minute, Clock: clock})
+	take := func(id string) lockstore.Lock {
+		t.Helper()
+		l, err := m.TryLock(ctx, key(id))
+		require.NoError(t, err)
+		return l
+	}
+	requireLost := func(l lockstore.Lock, closed bool, what string) {
+		t.Helper()
+		for range 2 {
+			err := l.Release(ctx)
+			require.ErrorIs(t, err, lockstore.ErrLockLost, what)
+			require.ErrorContains(t, err, l.Key().String(), what)
+			if closed {
+				require.ErrorIs(t, err, lockstore.ErrClosed, what)
+			} else {
+				require.NotErrorIs(t, err, lockstore.ErrClosed, what)
+			}
+		}
+	}
+
+	released := take("released")
+	require.NoError(t, released.Release(ctx))
+	expired := take("expired")
+	clock.Advance(time.Minute)
+	requireLost(expired, false, "Release of an expired lease")
+	reset := take("reset")
+	require.NoError(t, m.Reset(ctx))
+	requireLost(reset, false, "Release of a lock ended by Reset")
+	held := take("held")
+	require.NoError(t, m.Close())
+	requireLost(held, true, "Release of a lock ended by Close")
+	requireLost(expired, true, "Release of a lock lost before Close, after it")
+	require.NoError(t, released.Release(ctx), "Release of a lock released before Close")
 }
 
 func TestMemoryRefreshWithoutTTL(t *testing.T) {

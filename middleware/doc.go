@@ -56,7 +56,8 @@
 // Validate halts a command whose Validate method fails, as invalid, naming
 // the field. Lock takes per-resource locks from a lockstore.Locker (one
 // transfer at a time), halts as locked or timeout, releases in the after
-// hooks, and cancels the handler's context if a lock is lost. Logging logs
+// hooks (logging a release that fails, at Error when the lock was lost),
+// and cancels the handler's context if a lock is lost. Logging logs
 // each command's outcome on log/slog. The uniqueness package adds claims on
 // unique values.
 package middleware

@@ -40,7 +40,10 @@ type LockConfig struct {
 	// different keys.
 	AssignKey string
 	// Logger logs the errors of releases, which the after hooks cannot
-	// return. Default slog.Default().
+	// return, with the command's id ("command_id") and the lock's key
+	// ("key"): at Error when the lock was lost while the command ran (the
+	// error matches lockstore.ErrLockLost), at Warn otherwise. Default
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -73,7 +76,10 @@ func (c LockConfig) Validate() error {
 //     store's connection broke) cancels the handler's context, with a cause
 //     matching lockstore.ErrLockLost (see context.Cause).
 //   - AfterDispatch and AfterFailure release the locks (and stop watching
-//     them), whatever the outcome.
+//     them), whatever the outcome. A release that fails is logged (see
+//     LockConfig.Logger), never dropped: a lock lost while the command ran
+//     is an Error, since its handler may have written after another
+//     command took the resource.
 //
 // A lock guards writes that commit before the after hooks run; a handler
 // that keeps writing after its context is cancelled should check the
@@ -141,7 +147,7 @@ func (m *lockMiddleware) BeforeDispatch(ctx context.Context, p *Pipeline) {
 		if !kept && len(locks) > 0 {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
 			defer cancel()
-			m.release(rctx, locks)
+			m.release(rctx, p.CommandUUID, locks)
 		}
 	}()
 	for _, key := range keys {
@@ -212,16 +218,24 @@ func (m *lockMiddleware) end(ctx context.Context, p *Pipeline) {
 	run := v.(*lockRun)
 	close(run.stop)
 	run.wg.Wait()
-	m.release(ctx, run.locks)
+	m.release(ctx, p.CommandUUID, run.locks)
 	run.cancel(nil)
 }
 
-// release gives locks up, the last taken first, logging failures.
-func (m *lockMiddleware) release(ctx context.Context, locks []lockstore.Lock) {
+// release gives the locks of command commandID up, the last taken first,
+// logging failures: a lock lost before its release at Error, any other
+// failure at Warn.
+func (m *lockMiddleware) release(ctx context.Context, commandID string, locks []lockstore.Lock) {
 	for _, l := range slices.Backward(locks) {
-		if err := l.Release(ctx); err != nil {
-			m.logger.LogAttrs(ctx, slog.LevelWarn, "lock release failed",
-				slog.String("key", l.Key().String()), slog.String("error", err.Error()))
+		err := l.Release(ctx)
+		if err == nil {
+			continue
 		}
+		level, msg := slog.LevelWarn, "lock release failed"
+		if errors.Is(err, lockstore.ErrLockLost) {
+			level, msg = slog.LevelError, "lock lost while the command ran"
+		}
+		m.logger.LogAttrs(ctx, level, msg,
+			slog.String("command_id", commandID), slog.String("key", l.Key().String()), slog.Any("error", err))
 	}
 }

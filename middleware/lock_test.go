@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -272,6 +273,90 @@ func TestLockLostCancelsHandler(t *testing.T) {
 		t.Fatal("the run did not end")
 	}
 	requireFree(t, store, transferKey("t1"))
+}
+
+// releaseFailsLocker is a Locker whose locks fail to release with err,
+// after releasing in the store under it.
+type releaseFailsLocker struct {
+	lockstore.Locker
+	err error
+}
+
+func (l releaseFailsLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	lk, err := l.Locker.TryLock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return releaseFailsLock{lk, l.err}, nil
+}
+
+type releaseFailsLock struct {
+	lockstore.Lock
+	err error
+}
+
+func (l releaseFailsLock) Release(ctx context.Context) error {
+	return errors.Join(l.Lock.Release(ctx), l.err)
+}
+
+// A release that fails is logged by the after hook with the command id and
+// the key: at Error when the lock was lost while the command ran (its lease
+// ran out under the handler), at Warn for any other failure.
+func TestLockReleaseErrorIsLogged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	logged := func(t *testing.T, cfg middleware.LockConfig, h middleware.HandlerFunc) (error, []map[string]any) {
+		t.Helper()
+		buf := &syncBuffer{}
+		cfg.Keys = transferKeys
+		cfg.Logger = slog.New(slog.NewJSONHandler(buf, nil))
+		lock, err := middleware.Lock(cfg)
+		require.NoError(t, err)
+		p := middleware.NewPipeline(ctx, &Transfer{ID: "t1"})
+		p.CommandUUID = "cmd-1"
+		_, err = newRunner(t, lock).Run(ctx, p, h)
+		return err, buf.records(t)
+	}
+
+	t.Run("lost", func(t *testing.T) {
+		t.Parallel()
+		clock := lockstoretest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+		store := newMemory(t, lockstore.MemoryConfig{TTL: time.Minute, Clock: clock})
+		err, recs := logged(t, middleware.LockConfig{Locker: store}, func(ctx context.Context, _ *middleware.Pipeline) (any, error) {
+			clock.Advance(time.Minute) // the lease runs out while the handler runs
+			select {
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-time.After(waitTimeout):
+				return nil, errors.New("the handler's context was not cancelled")
+			}
+		})
+		require.ErrorIs(t, err, lockstore.ErrLockLost)
+		require.Len(t, recs, 1)
+		require.Equal(t, "ERROR", recs[0]["level"])
+		require.Equal(t, "lock lost while the command ran", recs[0]["msg"])
+		require.Equal(t, "cmd-1", recs[0]["command_id"])
+		require.Equal(t, "transfer/t1", recs[0]["key"])
+		require.Contains(t, recs[0]["error"], lockstore.ErrLockLost.Error())
+		requireFree(t, store, transferKey("t1"))
+	})
+
+	t.Run("other failure", func(t *testing.T) {
+		t.Parallel()
+		store := newMemory(t, lockstore.MemoryConfig{})
+		locker := releaseFailsLocker{Locker: store, err: errors.New("unlock went unanswered")}
+		err, recs := logged(t, middleware.LockConfig{Locker: locker}, func(context.Context, *middleware.Pipeline) (any, error) {
+			return nil, nil
+		})
+		require.NoError(t, err, "a failed release does not fail a command that succeeded")
+		require.Len(t, recs, 1)
+		require.Equal(t, "WARN", recs[0]["level"])
+		require.Equal(t, "lock release failed", recs[0]["msg"])
+		require.Equal(t, "cmd-1", recs[0]["command_id"])
+		require.Equal(t, "transfer/t1", recs[0]["key"])
+		require.Equal(t, "unlock went unanswered", recs[0]["error"])
+		requireFree(t, store, transferKey("t1"))
+	})
 }
 
 func TestLockStoreFailures(t *testing.T) {

@@ -96,6 +96,9 @@ type Claim struct {
 	lock    lockstore.Lock
 	taken   lookuper
 	done    atomic.Bool
+	// lost is set once a release found the lock lost, so that later calls
+	// of Release report it too.
+	lost atomic.Bool
 	// onLost, guarded by sh.mu, is called once, with an error matching
 	// ErrClaimLost, if the lock is lost before the claim is released (see
 	// Claimer.watchLost).
@@ -327,14 +330,24 @@ func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
 // runs its own lookup), which keeps an uncontended claim at one lookup.
 //
 // Release always gives the key up. It returns the error of a failed
-// re-check or of the Locker's release, for logging; the claim is released
-// all the same. It is idempotent: later calls return nil. A claim whose
-// lock was lost (Lost is closed) releases the same way.
+// re-check or of the Locker's release, wrapped, for logging; the claim is
+// released all the same. The Locker's error matches lockstore.ErrLockLost
+// when the lock under the claim was lost before the release (Lost is
+// closed) or its unlock went unconfirmed: the holder's write may then have
+// overlapped another claimant's. It is idempotent, as lockstore.Lock's
+// Release is: after a release that found the lock lost, later calls return
+// an error matching lockstore.ErrLockLost too; otherwise they return nil.
 //
 // The holder must have committed its write before calling Release: a
 // re-check that cannot see the write lets the next claimant in.
 func (cl *Claim) Release(ctx context.Context) error {
-	if cl == nil || !cl.done.CompareAndSwap(false, true) {
+	if cl == nil {
+		return nil
+	}
+	if !cl.done.CompareAndSwap(false, true) {
+		if cl.lost.Load() {
+			return fmt.Errorf("uniqueness: release %s again: %w", cl.key, lockstore.ErrLockLost)
+		}
 		return nil
 	}
 	cl.sh.mu.Lock()
@@ -378,6 +391,9 @@ func (cl *Claim) forget() {
 // releaseLock releases the lock under the claim.
 func (cl *Claim) releaseLock(ctx context.Context) error {
 	if err := cl.lock.Release(ctx); err != nil {
+		if errors.Is(err, lockstore.ErrLockLost) {
+			cl.lost.Store(true)
+		}
 		return fmt.Errorf("uniqueness: release %s: %w", cl.key, err)
 	}
 	return nil

@@ -416,7 +416,8 @@ func TestLostClaimPassesOn(t *testing.T) {
 			if !wrote {
 				require.NoError(t, r2.err, "the lost holder wrote nothing: the next claimant gets the key")
 				require.EqualValues(t, 2, tb.lookups.Load())
-				require.NoError(t, holder.Release(ctx), "releasing a lost claim is harmless")
+				require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost, "releasing a lost claim reports the loss")
+				require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost, "every time")
 				_, err := store.TryLock(ctx, k)
 				require.ErrorIs(t, err, lockstore.ErrLocked, "the lost claim's release must not free the next owner")
 				require.NoError(t, r2.claim.Release(ctx))
@@ -428,7 +429,7 @@ func TestLostClaimPassesOn(t *testing.T) {
 				r3 := receive(t, third)
 				require.ErrorIs(t, r3.err, ErrAlreadyTaken)
 				require.EqualValues(t, 2, tb.lookups.Load(), "the third claimant fails without a lookup")
-				require.NoError(t, holder.Release(ctx))
+				require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 			}
 			requireNothingHeld(t, store, c)
 		})
@@ -551,7 +552,7 @@ func TestWatchLost(t *testing.T) {
 		require.NoError(t, r.err)
 		lost.require(t)
 		require.Zero(t, c.lost.watched.Load())
-		require.NoError(t, holder.Release(ctx))
+		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 		require.NoError(t, r.claim.Release(ctx))
 		requireNothingHeld(t, store, c)
 	})
@@ -566,7 +567,7 @@ func TestWatchLost(t *testing.T) {
 		c.watchLost(holder, lost.cancel)
 		require.NoError(t, store.Reset(ctx))
 		lost.require(t)
-		require.NoError(t, holder.Release(ctx))
+		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 		require.Eventually(t, func() bool { return !c.lost.armed.Load() }, waitFor, time.Millisecond,
 			"the check is no longer armed once nothing is watched")
 		requireNothingHeld(t, store, c)

@@ -55,8 +55,12 @@
 // the handler runs, a lost claim cancels the handler's context (cause
 // ErrClaimLost): at once when another claimant of this process is granted
 // the key, otherwise within Config.LostCheckInterval (a timer that runs only
-// while claims are held; no goroutine per command). AfterDispatch and AfterFailure release the claims, with
-// the re-check that fails the waiters fast once the value exists.
+// while claims are held; no goroutine per command). AfterDispatch and
+// AfterFailure release the claims, with the re-check that fails the waiters
+// fast once the value exists. A release that fails is logged with the
+// command id and the key (Config.Logger), at Error when the claim's lock
+// was lost while the command ran (lockstore.ErrLockLost), and passed to
+// Config.OnReleaseError.
 //
 // A rule's scope is the lock namespace: rules naming the same scope
 // compete for the same values, across command types, so a CreateStaff and

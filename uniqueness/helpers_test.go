@@ -1,7 +1,9 @@
 package uniqueness_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -257,4 +259,32 @@ func requireStormOutcome(t *testing.T, res *stormResult, table staffTable, handl
 	n, err := table.count(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 20, n)
+}
+
+// logBuffer collects the records of a JSON slog handler; it is safe for
+// concurrent writers.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// records decodes the records written so far.
+func (b *logBuffer) records(t testing.TB) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	dec := json.NewDecoder(bytes.NewReader(b.buf.Bytes()))
+	for dec.More() {
+		var rec map[string]any
+		require.NoError(t, dec.Decode(&rec))
+		out = append(out, rec)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
 	"time"
@@ -57,10 +58,14 @@ func (g *group) taken(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// ReleaseErrorFunc is told about a claim whose release reported an error
-// (a failed re-check, or a lock store that could not confirm the unlock).
-// The claim is released all the same; the function is for logging.
-type ReleaseErrorFunc func(ctx context.Context, key lockstore.Key, err error)
+// ReleaseErrorFunc is told about a claim of the command commandID (its
+// middleware.Pipeline.CommandUUID) on key whose release reported err: a
+// failed re-check, or an error matching lockstore.ErrLockLost when the
+// claim's lock was lost before the release (a lease ran out, a lock
+// connection broke) or its unlock went unconfirmed. The claim is released
+// all the same, and the error already logged (Config.Logger); the function
+// is for metrics or alerts.
+type ReleaseErrorFunc func(ctx context.Context, commandID string, key lockstore.Key, err error)
 
 // Config configures the Uniqueness middleware.
 type Config struct {
@@ -83,9 +88,15 @@ type Config struct {
 	// seen at once when another command of this process is granted the
 	// key. Default DefaultLostCheckInterval.
 	LostCheckInterval time.Duration
-	// OnReleaseError, when set, is told about each release that reported
-	// an error. Default: such errors are dropped (the stores free a lock
-	// whose release is in doubt).
+	// Logger logs each release that reported an error, which the after
+	// hooks cannot return, with the command's id ("command_id") and the
+	// claim's key ("key"): at Error when the claim's lock was lost while
+	// the command ran (the error matches lockstore.ErrLockLost: another
+	// claimant may have taken the value meanwhile), at Warn otherwise.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// OnReleaseError, when set, is also told about each release that
+	// reported an error, after it is logged. Default nil: logged only.
 	OnReleaseError ReleaseErrorFunc
 }
 
@@ -132,6 +143,7 @@ type Middleware struct {
 	claimer        *Claimer
 	rules          []Rule
 	timeout        time.Duration
+	logger         *slog.Logger
 	onReleaseError ReleaseErrorFunc
 	compare        func(a, b lockstore.Key) int
 }
@@ -153,6 +165,7 @@ func New(cfg Config) (*Middleware, error) {
 		claimer:        claimer,
 		rules:          slices.Clone(cfg.Rules),
 		timeout:        cmp.Or(cfg.ClaimTimeout, DefaultClaimTimeout),
+		logger:         cmp.Or(cfg.Logger, slog.Default()),
 		onReleaseError: cfg.OnReleaseError,
 		compare:        compare,
 	}, nil
@@ -239,7 +252,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		i = j
 		cl, err := m.claimer.claim(ctx, g.targets[0].key, g, wait)
 		if err != nil {
-			m.releaseAll(ctx, claims, true)
+			m.releaseAll(ctx, p.CommandUUID, claims, true)
 			m.halt(ctx, p, targets, cmp.Or(g.hit, g.targets[0].rule).field, err)
 			return
 		}
@@ -304,14 +317,15 @@ func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline) {
 	if !ok {
 		return
 	}
-	m.releaseAll(ctx, h.claims, false)
+	m.releaseAll(ctx, p.CommandUUID, h.claims, false)
 	h.cancel(context.Canceled)
 }
 
-// releaseAll releases claims in reverse order. detach gives the releases a
-// context of their own, bounded by middleware.DefaultReleaseTimeout, for
-// when ctx may be done.
-func (m *Middleware) releaseAll(ctx context.Context, claims []*Claim, detach bool) {
+// releaseAll releases the claims of command commandID in reverse order,
+// reporting each release that fails (see releaseFailed). detach gives the
+// releases a context of their own, bounded by
+// middleware.DefaultReleaseTimeout, for when ctx may be done.
+func (m *Middleware) releaseAll(ctx context.Context, commandID string, claims []*Claim, detach bool) {
 	if len(claims) == 0 {
 		return
 	}
@@ -321,8 +335,22 @@ func (m *Middleware) releaseAll(ctx context.Context, claims []*Claim, detach boo
 		defer cancel()
 	}
 	for i := len(claims) - 1; i >= 0; i-- {
-		if err := claims[i].Release(ctx); err != nil && m.onReleaseError != nil {
-			m.onReleaseError(ctx, claims[i].Key(), err)
+		if err := claims[i].Release(ctx); err != nil {
+			m.releaseFailed(ctx, commandID, claims[i].Key(), err)
 		}
+	}
+}
+
+// releaseFailed logs the failed release of the claim on key of command
+// commandID, at Error when its lock was lost, and tells OnReleaseError.
+func (m *Middleware) releaseFailed(ctx context.Context, commandID string, key lockstore.Key, err error) {
+	level, msg := slog.LevelWarn, "claim release failed"
+	if errors.Is(err, lockstore.ErrLockLost) {
+		level, msg = slog.LevelError, "claim lost while the command ran"
+	}
+	m.logger.LogAttrs(ctx, level, msg,
+		slog.String("command_id", commandID), slog.String("key", key.String()), slog.Any("error", err))
+	if m.onReleaseError != nil {
+		m.onReleaseError(ctx, commandID, key, err)
 	}
 }

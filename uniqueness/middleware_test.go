@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
@@ -456,6 +458,120 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	require.Error(t, got.err)
 	require.Contains(t, got.err.Error(), "claim lost")
 	requireNothingHeld(t, store)
+}
+
+// releaseFailsLocker is a Locker whose locks fail to release with err,
+// after releasing in the store under it.
+type releaseFailsLocker struct {
+	lockstore.Locker
+	err error
+}
+
+func (l releaseFailsLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return l.wrap(l.Locker.TryLock(ctx, key))
+}
+
+func (l releaseFailsLocker) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return l.wrap(l.Locker.Lock(ctx, key))
+}
+
+func (l releaseFailsLocker) wrap(lk lockstore.Lock, err error) (lockstore.Lock, error) {
+	if err != nil {
+		return nil, err
+	}
+	return releaseFailsLock{lk, l.err}, nil
+}
+
+type releaseFailsLock struct {
+	lockstore.Lock
+	err error
+}
+
+func (l releaseFailsLock) Release(ctx context.Context) error {
+	return errors.Join(l.Lock.Release(ctx), l.err)
+}
+
+// releaseReport is one call of a Config.OnReleaseError.
+type releaseReport struct {
+	commandID string
+	key       lockstore.Key
+	err       error
+}
+
+// A release that fails is never dropped: the after hook logs it with the
+// command id and the key, at Error when the claim's lock was lost while
+// the handler ran (its lease ran out), at Warn for any other failure, and
+// OnReleaseError is told.
+func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// run runs a CreateStaff for ann@x.org whose claims are taken on
+	// locker, with h as the handler, and returns the command's error, what
+	// OnReleaseError was told and what was logged.
+	run := func(t *testing.T, locker lockstore.Locker, h middleware.HandlerFunc) (error, []releaseReport, []map[string]any) {
+		t.Helper()
+		logs := &logBuffer{}
+		var reports []releaseReport
+		mw := newUniqueness(t, uniqueness.Config{
+			Locker: locker,
+			Rules:  []uniqueness.Rule{emailRule(newMemTable())},
+			Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+			OnReleaseError: func(_ context.Context, commandID string, key lockstore.Key, err error) {
+				reports = append(reports, releaseReport{commandID, key, err})
+			},
+		})
+		r, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw}})
+		require.NoError(t, err)
+		p := middleware.NewPipeline(ctx, &commands.CreateStaff{StaffID: "s-1", Email: "Ann@x.org", Name: "Ann"})
+		p.CommandUUID = "cmd-1"
+		_, err = r.Run(ctx, p, h)
+		return err, reports, logs.records(t)
+	}
+
+	t.Run("lost", func(t *testing.T) {
+		t.Parallel()
+		clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
+		store, err := lockstore.NewMemory(lockstore.MemoryConfig{TTL: time.Minute, Clock: clock})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, store.Close()) })
+		err, reports, recs := run(t, store, func(context.Context, *middleware.Pipeline) (any, error) {
+			clock.Advance(time.Minute) // the claim's lease runs out while the handler runs
+			return "s-1", nil
+		})
+		require.NoError(t, err, "the handler succeeded; the loss is reported, not returned")
+		require.Len(t, reports, 1)
+		require.Equal(t, "cmd-1", reports[0].commandID)
+		require.Equal(t, annKey(), reports[0].key)
+		require.ErrorIs(t, reports[0].err, lockstore.ErrLockLost)
+		require.Len(t, recs, 1)
+		require.Equal(t, "ERROR", recs[0]["level"])
+		require.Equal(t, "claim lost while the command ran", recs[0]["msg"])
+		require.Equal(t, "cmd-1", recs[0]["command_id"])
+		require.Equal(t, "staff.email/ann@x.org", recs[0]["key"])
+		require.Contains(t, recs[0]["error"], lockstore.ErrLockLost.Error())
+		requireNothingHeld(t, store)
+	})
+
+	t.Run("other failure", func(t *testing.T) {
+		t.Parallel()
+		store := newMemory(t)
+		unconfirmed := errors.New("unlock went unanswered")
+		err, reports, recs := run(t, releaseFailsLocker{Locker: store, err: unconfirmed},
+			func(context.Context, *middleware.Pipeline) (any, error) { return "s-1", nil })
+		require.NoError(t, err)
+		require.Len(t, reports, 1)
+		require.Equal(t, "cmd-1", reports[0].commandID)
+		require.Equal(t, annKey(), reports[0].key)
+		require.ErrorIs(t, reports[0].err, unconfirmed)
+		require.NotErrorIs(t, reports[0].err, lockstore.ErrLockLost)
+		require.Len(t, recs, 1)
+		require.Equal(t, "WARN", recs[0]["level"])
+		require.Equal(t, "claim release failed", recs[0]["msg"])
+		require.Equal(t, "cmd-1", recs[0]["command_id"])
+		require.Equal(t, "staff.email/ann@x.org", recs[0]["key"])
+		require.Contains(t, recs[0]["error"], "unlock went unanswered")
+		requireNothingHeld(t, store)
+	})
 }
 
 func TestCommandsWithoutUniqueValuesPassThrough(t *testing.T) {

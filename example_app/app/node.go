@@ -11,7 +11,6 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
-	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
@@ -51,7 +50,8 @@ type Config struct {
 	// command while another one arrives. Default none.
 	Middleware []middleware.Middleware
 	// Logger receives a record per command (at debug level, errors at
-	// error level) and the warnings of the backstop; give it the node's
+	// error level), the warnings of the backstop and the failed releases
+	// of claims and locks (errors when one was lost); give it the node's
 	// name with Logger.With when several nodes log to one place. Default:
 	// discard.
 	Logger *slog.Logger
@@ -120,9 +120,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 				uniqueness.Normalize(uniqueness.NormalizeEmail),
 				uniqueness.AlreadyDone(n.staffCreatedBy)),
 		},
-		OnReleaseError: func(ctx context.Context, key lockstore.Key, err error) {
-			n.log.WarnContext(ctx, "release of a claim reported an error", "key", key.String(), "error", err)
-		},
+		Logger: n.log,
 	})
 	if err != nil {
 		return nil, err

@@ -32,8 +32,9 @@ const leaseTTL = time.Minute
 // RunLeases runs the lease part of the suite on stores made by newStore:
 // a lease that runs out closes Lost and hands the key to the next waiter,
 // not a moment before its TTL; Refresh extends it; a released lock's lease
-// never ends a later owner; a lost lock's Release never frees the next
-// owner. Each subtest calls t.Parallel and takes its own store.
+// never ends a later owner; a lost lock's Release reports ErrLockLost and
+// never frees the next owner. Each subtest calls t.Parallel and takes its
+// own store.
 func RunLeases(t *testing.T, newStore NewLeaseStoreFunc) {
 	t.Helper()
 	tests := []struct {
@@ -88,8 +89,11 @@ func testExpiryHandsKeyToNextWaiter(b *bundle, advance func(time.Duration)) {
 	require.Greater(b.t, second.Token(), first.Token())
 	requireOpen(b.t, second.Lost(), "Lost of the new owner")
 
-	// The stale owner can neither free nor extend the new owner's grant.
-	require.NoError(b.t, first.Release(b.ctx), "Release of an expired lock")
+	// The stale owner can neither free nor extend the new owner's grant,
+	// and its Release says the lock was lost, each time.
+	for i := range 2 {
+		require.ErrorIs(b.t, first.Release(b.ctx), lockstore.ErrLockLost, "Release %d of an expired lock", i+1)
+	}
 	b.requireLocked(key)
 	require.ErrorIs(b.t, refresher(b.t, first).Refresh(b.ctx), lockstore.ErrLockLost)
 	h, ok := b.holder(key)
@@ -114,7 +118,7 @@ func testExpiryFreesKey(b *bundle, advance func(time.Duration)) {
 
 	second := b.lockNow(key)
 	require.Greater(b.t, second.Token(), first.Token())
-	require.NoError(b.t, first.Release(b.ctx), "Release of an expired lock")
+	require.ErrorIs(b.t, first.Release(b.ctx), lockstore.ErrLockLost, "Release of an expired lock")
 	b.requireLocked(key)
 	require.NoError(b.t, second.Release(b.ctx))
 }

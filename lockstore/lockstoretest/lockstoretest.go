@@ -20,7 +20,8 @@ import (
 type NewStoreFunc func(t *testing.T) lockstore.Store
 
 // Run runs the conformance suite on stores made by newStore: mutual
-// exclusion, ErrLocked, FIFO waiters, cancelled waiters, contexts, release,
+// exclusion, ErrLocked, FIFO waiters, cancelled waiters, contexts, release
+// (nil for a lock held to the end, ErrLockLost for one the store ended),
 // fencing tokens, Held, Close and key validation. Each subtest calls
 // t.Parallel and takes its own store.
 func Run(t *testing.T, newStore NewStoreFunc) {
@@ -43,6 +44,7 @@ func Run(t *testing.T, newStore NewStoreFunc) {
 		{"TokensIncrease", testTokensIncrease},
 		{"Held", testHeld},
 		{"Close", testClose},
+		{"ReleaseAfterClose", testReleaseAfterClose},
 		{"InvalidKeys", testInvalidKeys},
 		{"MutualExclusion", testMutualExclusion},
 	}
@@ -334,8 +336,23 @@ func testClose(b *bundle) {
 	require.ErrorIs(b.t, err, lockstore.ErrClosed, "Lock after Close")
 	_, err = b.store.Held(b.ctx)
 	require.ErrorIs(b.t, err, lockstore.ErrClosed, "Held after Close")
-	require.NoError(b.t, holder.Release(b.ctx), "Release of a lock ended by Close")
+	require.ErrorIs(b.t, holder.Release(b.ctx), lockstore.ErrLockLost, "Release of a lock ended by Close")
 	require.NoError(b.t, b.store.Close(), "second Close")
+}
+
+// testReleaseAfterClose: Close ends the locks the store granted, so their
+// Release reports the loss, each time; a lock released before Close stays
+// released.
+func testReleaseAfterClose(b *bundle) {
+	l := b.lockNow(b.key())
+	released := b.lockNow(b.key())
+	require.NoError(b.t, released.Release(b.ctx))
+
+	require.NoError(b.t, b.store.Close())
+	for i := range 2 {
+		require.ErrorIs(b.t, l.Release(b.ctx), lockstore.ErrLockLost, "Release %d of a lock granted before Close", i+1)
+	}
+	require.NoError(b.t, released.Release(b.ctx), "Release after Close of a lock released before it")
 }
 
 func testInvalidKeys(b *bundle) {

@@ -179,7 +179,8 @@ func (s *Store) Reset(ctx context.Context) error { return s.mem.Reset(ctx) }
 // CompareKeys orders keys for callers taking several (lockstore.SortKeys).
 func (s *Store) CompareKeys(a, b lockstore.Key) int { return s.mem.CompareKeys(a, b) }
 
-// Close ends every lock (closing its Lost channel), fails every waiter with
+// Close ends every lock (closing its Lost channel; its Release then
+// reports lockstore.ErrLockLost), fails every waiter with
 // lockstore.ErrClosed and releases the file lock: at once when no call of
 // Serialize or Exclusive runs, else when the last one ends (their fns,
 // told to stop, may still be writing; another store on the file must not

@@ -40,6 +40,28 @@ func TestLeases(t *testing.T) {
 	})
 }
 
+// The store's locks are the memory engine's: Release of a lock ended by
+// Reset or Close reports lockstore.ErrLockLost (and ErrClosed after Close).
+func TestReleaseOfLostLock(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	db, _ := newDB(t)
+	s := newStore(t, db, sqlite.Config{})
+	reset, err := s.TryLock(ctx, key("reset"))
+	require.NoError(t, err)
+	require.NoError(t, s.Reset(ctx))
+	err = reset.Release(ctx)
+	require.ErrorIs(t, err, lockstore.ErrLockLost, "Release of a lock ended by Reset")
+	require.ErrorContains(t, err, "counter/reset")
+
+	closed, err := s.TryLock(ctx, key("closed"))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	err = closed.Release(ctx)
+	require.ErrorIs(t, err, lockstore.ErrLockLost, "Release of a lock ended by Close")
+	require.ErrorIs(t, err, lockstore.ErrClosed)
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
