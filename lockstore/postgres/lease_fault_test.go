@@ -128,9 +128,9 @@ func storm(t *testing.T, stores []*Store, resource *pgxpool.Pool, stop <-chan st
 }
 
 // stormRound takes key once (a lock error other than a fault's is a test
-// failure), writes under it until Lost, for 500ms on node 0 (the one the
-// faults hit: a long job, the case where a lost lock matters) and 20ms on
-// the others, and releases it.
+// failure), writes under it until Lost, for twice the lease bound on node
+// 0 (the one the faults hit: a long job, the case where a lost lock
+// matters) and 20ms on the others, and releases it.
 func stormRound(t *testing.T, s *Store, node int, key string, resource *pgxpool.Pool, rec *stormRecord, stop <-chan struct{}) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	l, err := s.Lock(ctx, lockstore.Key{Namespace: "storm", ID: key})
@@ -163,7 +163,7 @@ func stormRound(t *testing.T, s *Store, node int, key string, resource *pgxpool.
 	}()
 	holdFor := 20 * time.Millisecond
 	if node == 0 {
-		holdFor = 500 * time.Millisecond
+		holdFor = 2 * s.cfg.LeaseBound
 	}
 	deadline := time.After(holdFor)
 writes:
@@ -283,30 +283,67 @@ func newStormFixture(t *testing.T, cfg Config) *stormFixture {
 	return f
 }
 
+// stormResult is what a storm under a fault measured.
+type stormResult struct {
+	window  time.Duration // the longest overlap
+	refused int           // stale writes the resource refused
+	// recovery is from the end of the fault (the heal, or the injection of
+	// a fault that needs none) to node 0's lock connections all being up
+	// again (new ones: its sessions of before the fault are gone).
+	recovery time.Duration
+}
+
 // run runs the storm for before, injects the fault, runs for during, heals
 // with heal (which may be nil), runs for after, and checks the record.
-func (f *stormFixture) run(t *testing.T, before, during, after time.Duration, inject, heal func()) (window time.Duration, refused int) {
+func (f *stormFixture) run(t *testing.T, before, during, after time.Duration, inject, heal func()) stormResult {
 	t.Helper()
 	stop := make(chan struct{})
 	done := make(chan *stormRecord)
 	go func() { done <- storm(t, f.stores, f.resource, stop) }()
 	time.Sleep(before) // the storm runs unharmed for a while
+	before0 := connPIDs(f.stores[0])
+	// back waits, from the end of the fault, until node 0's lock
+	// connections are all new ones.
+	back := func(end time.Time) <-chan time.Duration {
+		ch := make(chan time.Duration, 1)
+		go func() {
+			waitFor(t, "node 0's lock connections back", func() bool {
+				for _, pid := range connPIDs(f.stores[0]) {
+					if pid == 0 || slices.Contains(before0, pid) {
+						return false
+					}
+				}
+				return true
+			})
+			ch <- time.Since(end)
+		}()
+		return ch
+	}
 	inject()
+	var recovery <-chan time.Duration
+	if heal == nil {
+		recovery = back(time.Now())
+	}
 	time.Sleep(during) // the fault lasts this long
 	if heal != nil {
 		heal()
+		recovery = back(time.Now())
 	}
+	var r stormResult
+	r.recovery = <-recovery
 	time.Sleep(after)
 	close(stop)
 	rec := <-done
-	return checkStorm(testCtx(t), t, rec, f.resource, f.stores[0].cfg.LeaseBound)
+	r.window, r.refused = checkStorm(testCtx(t), t, rec, f.resource, f.stores[0].cfg.LeaseBound)
+	t.Logf("window %v, %d stale writes refused, node 0 back %v after the fault ended", r.window, r.refused, r.recovery)
+	return r
 }
 
 func TestFaultStormServerToClientSilentThenSessionEnded(t *testing.T) {
 	t.Parallel()
 	f := newStormFixture(t, stormLease)
 	ctx := testCtx(t)
-	window, refused := f.run(t, 300*time.Millisecond, 2*time.Second, time.Second, func() {
+	r := f.run(t, 300*time.Millisecond, 2*time.Second, time.Second, func() {
 		// Node a stops hearing the server, then the server ends node a's
 		// sessions (an administrator, a server-side timeout): the others
 		// get its keys at once, node a learns only from its lease.
@@ -314,8 +351,8 @@ func TestFaultStormServerToClientSilentThenSessionEnded(t *testing.T) {
 		_, err := pgtest.TerminateBackends(ctx, f.dsn, f.node0)
 		require.NoError(t, err)
 	}, f.proxy.Heal)
-	require.Positive(t, window, "the fault made no overlap: the test cannot see the window")
-	require.Positive(t, refused, "no stale write was refused: the test cannot see the fencing")
+	require.Positive(t, r.window, "the fault made no overlap: the test cannot see the window")
+	require.Positive(t, r.refused, "no stale write was refused: the test cannot see the fencing")
 }
 
 func TestFaultStormBlackHole(t *testing.T) {
