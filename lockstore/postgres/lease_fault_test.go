@@ -447,4 +447,3 @@ func TestReleaseInSilenceIsLost(t *testing.T) {
 	require.Less(t, time.Since(start), stormLease.LeaseBound+windowSlack)
 	t.Logf("Release in silence: %v after %v", err, time.Since(start))
 }
-
