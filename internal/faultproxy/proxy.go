@@ -2,6 +2,7 @@ package faultproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -255,9 +256,12 @@ func (p *Proxy) waitLocked(ctx context.Context, cond func() bool) bool {
 func (p *Proxy) acceptLoop() {
 	for {
 		c, err := p.ln.AcceptTCP()
+		if errors.Is(err, net.ErrClosed) {
+			return // by Close
+		}
 		if err != nil {
-			// Closed by Close; otherwise a passing failure (out of file
-			// descriptors): retry shortly, as net/http does.
+			// A passing failure (out of file descriptors, say): retry
+			// shortly, as net/http does.
 			select {
 			case <-p.ctx.Done():
 				return
