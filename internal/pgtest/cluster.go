@@ -12,7 +12,7 @@ import (
 )
 
 // Cluster is a private PostgreSQL cluster that one test controls, for fault
-// tests: stop it, start it, restart it, terminate its backends. It
+// tests: stop it, start it, restart it, crash it, terminate its backends. It
 // runs from the local server binaries even when TEST_DATABASE_URL is set,
 // and it is stopped and removed when the test ends.
 //
@@ -26,8 +26,8 @@ type Cluster struct {
 // ClusterConfig tunes a private cluster started by NewClusterWith.
 type ClusterConfig struct {
 	// Settings are server settings, name to value as in postgresql.conf,
-	// passed as -c name=value at every start (so Start and Restart keep
-	// them), after pgtest's own (durability off, 300
+	// passed as -c name=value at every start (so Start, Restart and
+	// CrashRestart keep them), after pgtest's own (durability off, 300
 	// connections, log_min_messages=warning, ...), which they override.
 	// The settings pgtest owns (port, listen_addresses,
 	// unix_socket_directories, data_directory) are refused. Default none.
@@ -124,6 +124,21 @@ func (c *Cluster) Start(ctx context.Context) error { return c.s.start(ctx) }
 // Restart stops and starts the cluster: every session is dropped.
 func (c *Cluster) Restart(ctx context.Context) error {
 	return errors.Join(c.Stop(ctx), c.Start(ctx))
+}
+
+// Crash stops the cluster as a crash would, with an immediate shutdown (as
+// pg_ctl stop -m immediate: SIGQUIT to the postmaster, which ends every
+// session and exits without a checkpoint). The next Start runs crash
+// recovery. When ctx ends first, the server is killed and Crash returns an
+// error. Crashing a stopped cluster is a no-op.
+func (c *Cluster) Crash(ctx context.Context) error { return c.s.crash(ctx) }
+
+// CrashRestart crashes the cluster (see Crash) and starts it again, on the
+// same port and with the same settings; the start runs crash recovery
+// (replays the WAL since the last checkpoint) before it accepts
+// connections.
+func (c *Cluster) CrashRestart(ctx context.Context) error {
+	return errors.Join(c.Crash(ctx), c.Start(ctx))
 }
 
 // TerminateBackends runs pg_terminate_backend on every backend of the

@@ -261,8 +261,19 @@ func (s *server) stop(ctx context.Context) error {
 	return s.haltLocked(ctx, syscall.SIGINT)
 }
 
-// haltLocked sends sig to the postmaster (SIGINT: fast shutdown) and waits
-// until it has exited, killing its process group when ctx ends first.
+// crash stops the server as pg_ctl stop -m immediate does: SIGQUIT makes
+// the postmaster quit its children and exit without a checkpoint, so the
+// next start runs crash recovery. When ctx ends first it kills the process
+// group. Crashing a stopped server is a no-op.
+func (s *server) crash(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.haltLocked(ctx, syscall.SIGQUIT)
+}
+
+// haltLocked sends sig to the postmaster (SIGINT: fast shutdown, SIGQUIT:
+// immediate shutdown) and waits until it has exited, killing its process
+// group when ctx ends first.
 func (s *server) haltLocked(ctx context.Context, sig syscall.Signal) error {
 	if s.proc == nil {
 		return nil
