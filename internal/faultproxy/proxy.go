@@ -61,8 +61,10 @@ type Stats struct {
 	// refused ones included.
 	Accepted int
 	// Held is the number of chunks read from one side and not yet delivered
-	// to the other, over every connection and both directions; a close (end
-	// of stream or reset) counts as one chunk.
+	// to the other (held by a silence, delayed by Latency, or being
+	// written), over every connection and both directions; a close (end of
+	// stream or reset) counts as one chunk. A chunk counts until its write
+	// has returned, which can be just after the peer has read it.
 	Held int
 }
 
