@@ -2,6 +2,7 @@ package faultproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -60,8 +61,10 @@ type Stats struct {
 	// refused ones included.
 	Accepted int
 	// Held is the number of chunks read from one side and not yet delivered
-	// to the other, over every connection and both directions; a close (end
-	// of stream or reset) counts as one chunk.
+	// to the other (held by a silence, delayed by Latency, or being
+	// written), over every connection and both directions; a close (end of
+	// stream or reset) counts as one chunk. A chunk counts until its write
+	// has returned, which can be just after the peer has read it.
 	Held int
 }
 
@@ -255,9 +258,12 @@ func (p *Proxy) waitLocked(ctx context.Context, cond func() bool) bool {
 func (p *Proxy) acceptLoop() {
 	for {
 		c, err := p.ln.AcceptTCP()
+		if errors.Is(err, net.ErrClosed) {
+			return // by Close
+		}
 		if err != nil {
-			// Closed by Close; otherwise a passing failure (out of file
-			// descriptors): retry shortly, as net/http does.
+			// A passing failure (out of file descriptors, say): retry
+			// shortly, as net/http does.
 			select {
 			case <-p.ctx.Done():
 				return

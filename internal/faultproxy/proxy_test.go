@@ -1,6 +1,7 @@
 package faultproxy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -151,29 +152,48 @@ func readErr(t *testing.T, c net.Conn) error {
 // blocking and without consuming it: "" (nothing), "data", "eof" or
 // "reset". Over loopback a write is in the peer's socket when it returns,
 // so "" means the proxy has not delivered anything.
-func inbox(t *testing.T, c net.Conn) string {
-	t.Helper()
+func inbox(c net.Conn) (string, error) {
 	raw, err := c.(*net.TCPConn).SyscallConn()
-	require.NoError(t, err)
+	if err != nil {
+		return "", err
+	}
 	var (
 		n    int
 		rerr error
 	)
-	require.NoError(t, raw.Read(func(fd uintptr) bool {
+	err = raw.Read(func(fd uintptr) bool {
 		n, _, rerr = syscall.Recvfrom(int(fd), make([]byte, 1), syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		return true
-	}))
+	})
 	switch {
+	case err != nil:
+		return "", err
 	case errors.Is(rerr, syscall.EAGAIN):
-		return ""
+		return "", nil
 	case errors.Is(rerr, syscall.ECONNRESET):
-		return "reset"
+		return "reset", nil
 	case rerr != nil:
-		t.Fatalf("peek: %v", rerr)
+		return "", rerr
 	case n == 0:
-		return "eof"
+		return "eof", nil
 	}
-	return "data"
+	return "data", nil
+}
+
+// requireNothingArrives checks that c's socket has received nothing: at
+// once, which a correct proxy guarantees once it holds what was sent, and
+// for a short while after, to catch a proxy that would deliver it late.
+// Absence can only be watched for a while; the watch cannot fail a correct
+// proxy however slow the machine.
+func requireNothingArrives(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
+	got, err := inbox(c)
+	require.NoError(t, err)
+	require.Empty(t, got, msg)
+	require.Never(t, func() bool {
+		got, err := inbox(c)
+		return got != "" || err != nil
+	}, 50*time.Millisecond, 5*time.Millisecond, msg)
 }
 
 // await waits until cond holds for the proxy's counters.
@@ -231,13 +251,44 @@ func TestBlackHoleHoldsBytesUntilHeal(t *testing.T) {
 	send(t, client, "three")
 	send(t, server, "back")
 	await(t, p, "the proxy holds a chunk each way", held(2))
-	require.Empty(t, inbox(t, server), "bytes crossed a black hole")
-	require.Empty(t, inbox(t, client), "bytes crossed a black hole")
+	requireNothingArrives(t, server, "bytes crossed a black hole")
+	requireNothingArrives(t, client, "bytes crossed a black hole")
 
 	p.Heal()
 	recv(t, server, "onetwothree")
 	recv(t, client, "back")
 	await(t, p, "nothing is held", held(0))
+}
+
+func TestBlackHoleBlocksTheSender(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t)
+	client, server := pair(t, p, b)
+	p.BlackHole()
+
+	// The proxy stops reading: once the kernel buffers are full, the
+	// client's write blocks, far below 64 MiB (the proxy's receive buffer
+	// does not grow while nothing reads it; the client's send buffer is
+	// kept small so that the test moves little data).
+	pattern := make([]byte, 251)
+	for i := range pattern {
+		pattern[i] = byte(i)
+	}
+	payload := bytes.Repeat(pattern, 64<<20/len(pattern))
+	require.NoError(t, client.(*net.TCPConn).SetWriteBuffer(64<<10))
+	require.NoError(t, client.SetWriteDeadline(time.Now().Add(200*time.Millisecond)))
+	n, err := client.Write(payload)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a write of 64 MiB into a black hole did not block")
+	require.Equal(t, 1, p.Stats().Held, "the proxy read more than one chunk")
+	requireNothingArrives(t, server, "bytes crossed a black hole")
+
+	// Nothing was lost.
+	p.Heal()
+	got := make([]byte, n)
+	require.NoError(t, server.SetReadDeadline(time.Now().Add(bound)))
+	_, err = io.ReadFull(server, got)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(payload[:n], got), "the %d bytes were not delivered in order", n)
 }
 
 func TestBlackHoleHoldsCloses(t *testing.T) {
@@ -257,7 +308,7 @@ func TestBlackHoleHoldsCloses(t *testing.T) {
 
 			require.NoError(t, closes.Close())
 			await(t, p, "the proxy holds the close", held(1))
-			require.Empty(t, inbox(t, sees), "a close crossed a black hole")
+			requireNothingArrives(t, sees, "a close crossed a black hole")
 
 			p.Heal()
 			require.ErrorIs(t, readErr(t, sees), io.EOF)
@@ -294,7 +345,7 @@ func TestSilenceOneWay(t *testing.T) {
 			await(t, p, "the ping is delivered", held(0))
 			send(t, silenced, "pong")
 			await(t, p, "the proxy holds the silenced chunk", held(1))
-			require.Empty(t, inbox(t, flowing), "bytes crossed a silenced direction")
+			requireNothingArrives(t, flowing, "bytes crossed a silenced direction")
 
 			p.Heal()
 			recv(t, flowing, "pong")

@@ -34,7 +34,16 @@
 // # Private clusters
 //
 // NewCluster starts a cluster that only the calling test uses, with
-// Stop, Start, Restart and TerminateBackends, removed when the test ends.
+// Stop, Start, Restart, Crash, CrashRestart and TerminateBackends, removed
+// when the test ends; NewClusterWith starts one with extra server settings,
+// kept across restarts:
+//
+//	c := pgtest.NewClusterWith(t, pgtest.ClusterConfig{
+//		Settings: map[string]string{"max_locks_per_transaction": "16"},
+//	})
+//	// ...
+//	err := c.CrashRestart(ctx) // immediate shutdown, then crash recovery
+//
 // It always needs the local binaries. TerminateBackends (the package
 // function) does the same on one database of the shared server.
 package pgtest

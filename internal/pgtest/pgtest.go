@@ -38,7 +38,7 @@ func sharedURL(t testing.TB) string {
 			}
 			return
 		}
-		shared.srv, shared.err = newServer(context.Background())
+		shared.srv, shared.err = newServer(context.Background(), nil)
 		if shared.err == nil {
 			shared.url = shared.srv.dsn("postgres")
 		}

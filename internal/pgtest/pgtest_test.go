@@ -174,7 +174,7 @@ const helperEnv = "PGTEST_HELPER_PROCESS"
 // helperProcess starts a cluster, prints its directory and postmaster pid,
 // and blocks until killed.
 func helperProcess() {
-	s, err := newServer(context.Background())
+	s, err := newServer(context.Background(), nil)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)

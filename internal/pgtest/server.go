@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -54,6 +55,7 @@ type server struct {
 	sockDir string
 	logPath string
 	port    int
+	extra   []string // name=value settings after ours, at every start
 
 	reaper  *exec.Cmd
 	reaperW *os.File // closing it makes the reaper clean up
@@ -64,8 +66,9 @@ type server struct {
 }
 
 // newServer initialises a cluster in a fresh temporary directory and starts
-// it on a free port of 127.0.0.1. On error nothing is left behind.
-func newServer(ctx context.Context) (_ *server, err error) {
+// it on a free port of 127.0.0.1, with pgtest's settings followed by extra
+// (name=value each). On error nothing is left behind.
+func newServer(ctx context.Context, extra []string) (_ *server, err error) {
 	bin, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -85,6 +88,7 @@ func newServer(ctx context.Context) (_ *server, err error) {
 		dataDir: filepath.Join(dir, "data"),
 		sockDir: filepath.Join(dir, "sock"),
 		logPath: filepath.Join(dir, "postgres.log"),
+		extra:   extra,
 	}
 	if err := s.startReaper(); err != nil {
 		_ = os.RemoveAll(dir)
@@ -183,7 +187,8 @@ func (s *server) start(ctx context.Context) error {
 		return errors.New("pgtest: the server is already running")
 	}
 	args := []string{"-D", s.dataDir, "-p", strconv.Itoa(s.port), "-k", s.sockDir}
-	for _, kv := range settings {
+	// The extra settings come last: of two -c for one name, the last wins.
+	for _, kv := range append(slices.Clip(settings), s.extra...) {
 		args = append(args, "-c", kv)
 	}
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -224,7 +229,7 @@ func (s *server) start(ctx context.Context) error {
 			s.proc, s.exited = nil, nil
 			return fmt.Errorf("pgtest: postgres exited at start (%s):\n%s", cmd.ProcessState, s.logTail())
 		case <-ctx.Done():
-			_ = s.stopLocked(context.Background())
+			_ = s.haltLocked(context.Background(), syscall.SIGINT)
 			return fmt.Errorf("pgtest: postgres not ready: %w\n%s", ctx.Err(), s.logTail())
 		case <-tick.C:
 		}
@@ -253,16 +258,29 @@ func ping(ctx context.Context, dsn string) error {
 func (s *server) stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stopLocked(ctx)
+	return s.haltLocked(ctx, syscall.SIGINT)
 }
 
-func (s *server) stopLocked(ctx context.Context) error {
+// crash stops the server as pg_ctl stop -m immediate does: SIGQUIT makes
+// the postmaster quit its children and exit without a checkpoint, so the
+// next start runs crash recovery. When ctx ends first it kills the process
+// group. Crashing a stopped server is a no-op.
+func (s *server) crash(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.haltLocked(ctx, syscall.SIGQUIT)
+}
+
+// haltLocked sends sig to the postmaster (SIGINT: fast shutdown, SIGQUIT:
+// immediate shutdown) and waits until it has exited, killing its process
+// group when ctx ends first.
+func (s *server) haltLocked(ctx context.Context, sig syscall.Signal) error {
 	if s.proc == nil {
 		return nil
 	}
 	proc, exited := s.proc, s.exited
 	s.proc, s.exited = nil, nil
-	_ = proc.Process.Signal(syscall.SIGINT)
+	_ = proc.Process.Signal(sig)
 	select {
 	case <-exited:
 		return nil
