@@ -214,6 +214,11 @@ func (s *Store) createSchema(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::int8)", schemaLockKey); err != nil {
 			return err
 		}
+		// A crash must not lose the schema once New has returned, whatever
+		// the server's synchronous_commit.
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
 			return err
 		}
