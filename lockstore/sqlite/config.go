@@ -31,8 +31,9 @@ func (c Config) Validate() error {
 // DefaultBusyTimeout is the busy timeout DSN uses when given 0.
 const DefaultBusyTimeout = 5 * time.Second
 
-// LockFileSuffix is appended to the database file's path to name the file
-// a Store locks (flock) for as long as it is open.
+// LockFileSuffix is appended to the database file's path to name one of
+// the files a Store locks (flock) for as long as it is open; the other is
+// named by the file's identity (see the package documentation).
 const LockFileSuffix = ".claimbus.lock"
 
 // DSN returns a modernc.org/sqlite connection string for the database file

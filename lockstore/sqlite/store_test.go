@@ -130,7 +130,8 @@ func TestFileLockInProcess(t *testing.T) {
 	other := openDB(t, testDSN(path, time.Second))
 	_, err := sqlite.New(ctx, other, sqlite.Config{})
 	require.ErrorIs(t, err, sqlite.ErrFileLocked)
-	require.ErrorContains(t, err, path+sqlite.LockFileSuffix)
+	require.ErrorContains(t, err, path+" is the file")
+	require.ErrorContains(t, err, "a Store of this process")
 	_, err = sqlite.New(ctx, db, sqlite.Config{})
 	require.ErrorIs(t, err, sqlite.ErrFileLocked, "a second store on the same handle")
 
