@@ -37,17 +37,18 @@
 //     SQLite reports, symlinks resolved, with LockFileSuffix), which every
 //     process that sees the database's directory finds, in any mount
 //     namespace: two containers sharing a volume, say;
-//   - an exclusive flock on "/tmp/claimbus-sqlite-<device>-<inode>.lock",
-//     which every process on the machine that sees the same /tmp finds,
-//     whatever name it opened the file by. It is removed at Close.
+//   - an exclusive flock on "claimbus-sqlite-<device>-<inode>.lock" in
+//     Config.LockDir (default /tmp), which every process on the machine
+//     that uses the same directory finds, whatever name it opened the
+//     file by. It is removed at Close.
 //
 // The guard never opens the database file itself, though an flock on it
 // would be the one lock every name shares: closing any descriptor of a
 // file drops every POSIX lock the process holds on it, and SQLite's locks
 // are POSIX locks (on BSD and macOS an flock would even conflict with
-// them). Processes that share neither the database's directory nor /tmp
-// (a database file bind-mounted alone into a container with a /tmp of its
-// own) are not kept apart; SQLite itself cannot serve one file under two
+// them). Processes that share neither the database's directory nor the
+// lock directory (a database file bind-mounted alone into a container with
+// a /tmp of its own) are not kept apart; SQLite itself cannot serve one file under two
 // names either, since it names the journal and the WAL after the path.
 //
 // On systems without flock (not unix), New fails.

@@ -7,10 +7,6 @@ import (
 	"sync"
 )
 
-// identityLockDir is the directory of the identity lock files: fixed, not
-// $TMPDIR, since every process on the machine must find the same one.
-const identityLockDir = "/tmp"
-
 // fileID is a file's identity on this machine: its device and inode
 // numbers, which every name of the file shares (a hard link, a symlink, a
 // bind mount), while the paths differ.

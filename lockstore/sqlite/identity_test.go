@@ -84,3 +84,16 @@ func TestFileLockThroughHardLinkAcrossProcesses(t *testing.T) {
 	require.NoError(t, stop())
 	newStore(t, db, sqlite.Config{})
 }
+
+func TestLockDirMustExist(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	db, _ := newDB(t)
+	missing := filepath.Join(t.TempDir(), "missing")
+	_, err := sqlite.New(ctx, db, sqlite.Config{LockDir: missing})
+	require.ErrorContains(t, err, missing)
+	require.NotErrorIs(t, err, sqlite.ErrFileLocked)
+
+	// The failed New let go of what it had taken: the file is free.
+	newStore(t, db, sqlite.Config{LockDir: t.TempDir()})
+}

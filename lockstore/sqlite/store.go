@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -80,7 +81,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: the main database is in memory or temporary: the store needs a database file", ErrUnsuitableDB)
 	}
-	guard, err := guardFile(path, identityLockDir)
+	guard, err := guardFile(path, cmp.Or(cfg.LockDir, DefaultLockDir))
 	if err != nil {
 		return nil, err
 	}

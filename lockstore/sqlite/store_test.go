@@ -50,7 +50,9 @@ func TestConfigValidate(t *testing.T) {
 		{"zero", sqlite.Config{}, nil},
 		{"ttl and node", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: time.Second, Node: "n1", Shards: 8}}, nil},
 		{"negative ttl", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1}}, []string{"TTL"}},
-		{"every problem", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1, Shards: 3}}, []string{"TTL", "Shards"}},
+		{"absolute lock dir", sqlite.Config{LockDir: "/run/lock"}, nil},
+		{"relative lock dir", sqlite.Config{LockDir: "locks"}, []string{`LockDir "locks" is not an absolute path`}},
+		{"every problem", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1, Shards: 3}, LockDir: "./locks"}, []string{"TTL", "Shards", "LockDir"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
