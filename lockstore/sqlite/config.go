@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -18,21 +19,42 @@ type Config struct {
 	// lockstore.MemoryConfig). Default: the zero MemoryConfig, locks without
 	// leases.
 	Locks lockstore.MemoryConfig
+
+	// LockDir is the directory of the lock file named by the database
+	// file's identity, "claimbus-sqlite-<device>-<inode>.lock", which keeps
+	// out a Store of another process that opened the same file by another
+	// name (see the package documentation). Every process that may open
+	// the database must use the same one: an absolute path to a directory
+	// that exists, that all of them may create files in, and that nothing
+	// cleans while a store runs. Point it elsewhere where /tmp is private
+	// to a service (systemd's PrivateTmp) or aged by a cleaner. Default:
+	// DefaultLockDir.
+	LockDir string
 }
+
+// DefaultLockDir is the LockDir a zero Config uses: a fixed path rather
+// than os.TempDir, since $TMPDIR can differ from one process to the next.
+const DefaultLockDir = "/tmp"
 
 // Validate reports every problem of the config at once.
 func (c Config) Validate() error {
+	var errs []error
 	if err := c.Locks.Validate(); err != nil {
-		return fmt.Errorf("sqlite: Config.Locks: %w", err)
+		errs = append(errs, fmt.Errorf("sqlite: Config.Locks: %w", err))
 	}
-	return nil
+	if c.LockDir != "" && !filepath.IsAbs(c.LockDir) {
+		errs = append(errs, fmt.Errorf("sqlite: Config.LockDir %q is not an absolute path: "+
+			"every process must find the same directory, whatever its working directory", c.LockDir))
+	}
+	return errors.Join(errs...)
 }
 
 // DefaultBusyTimeout is the busy timeout DSN uses when given 0.
 const DefaultBusyTimeout = 5 * time.Second
 
-// LockFileSuffix is appended to the database file's path to name the file
-// a Store locks (flock) for as long as it is open.
+// LockFileSuffix is appended to the database file's path to name one of
+// the files a Store locks (flock) for as long as it is open; the other is
+// named by the file's identity (see the package documentation).
 const LockFileSuffix = ".claimbus.lock"
 
 // DSN returns a modernc.org/sqlite connection string for the database file

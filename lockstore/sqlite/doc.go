@@ -6,13 +6,11 @@
 //
 // A Store hands out in-process locks (the engine of lockstore.Memory):
 // SQLite runs in one process, so the locks need no database round trip.
-// New takes an exclusive flock on "<database file>.claimbus.lock" and holds
-// it until Close and the end of the last Serialize or Exclusive call, so
-// that a second Store on the same file, in this process or another, fails
-// to start (ErrFileLocked) instead of granting the same
-// keys twice. New also checks that the *sql.DB begins its transactions
-// IMMEDIATE and has a busy timeout; DSN builds a connection string that
-// does:
+// Two stores with locks of their own on one database would let two owners
+// into one key, so New makes sure its Store is the only one on the file,
+// under whatever name the file is opened (see "One store per file" below).
+// New also checks that the *sql.DB begins its transactions IMMEDIATE and
+// has a busy timeout; DSN builds a connection string that does:
 //
 //	db, err := sql.Open("sqlite", sqlite.DSN("app.db", 5*time.Second))
 //	if err != nil {
@@ -23,6 +21,37 @@
 //		return err
 //	}
 //	defer store.Close()
+//
+// # One store per file
+//
+// The guard belongs to the database file, not to the path it was opened
+// by: a hard link, a symlink or a bind mount is another name of the same
+// file, and a second Store on it, in this process or another, fails to
+// start with ErrFileLocked. From New until Close and the end of the last
+// Serialize or Exclusive call, a Store holds
+//
+//   - the file's entry in this process's table of held files, keyed by the
+//     file's identity (its device and inode numbers, which every name of
+//     the file shares);
+//   - an exclusive flock on "<database file>.claimbus.lock" (the path
+//     SQLite reports, symlinks resolved, with LockFileSuffix), which every
+//     process that sees the database's directory finds, in any mount
+//     namespace: two containers sharing a volume, say;
+//   - an exclusive flock on "claimbus-sqlite-<device>-<inode>.lock" in
+//     Config.LockDir (default /tmp), which every process on the machine
+//     that uses the same directory finds, whatever name it opened the
+//     file by. It is removed at Close.
+//
+// The guard never opens the database file itself, though an flock on it
+// would be the one lock every name shares: closing any descriptor of a
+// file drops every POSIX lock the process holds on it, and SQLite's locks
+// are POSIX locks (on BSD and macOS an flock would even conflict with
+// them). Processes that share neither the database's directory nor the
+// lock directory (a database file bind-mounted alone into a container with
+// a /tmp of its own) are not kept apart; SQLite itself cannot serve one file under two
+// names either, since it names the journal and the WAL after the path.
+//
+// On systems without flock (not unix), New fails.
 //
 // # Serialize and Exclusive
 //

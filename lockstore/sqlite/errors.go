@@ -4,9 +4,10 @@ import "errors"
 
 var (
 	// ErrFileLocked is returned by New when another Store, in this process
-	// or another one, already holds the database file's lock file: two
-	// stores with separate in-process locks on one database would let two
-	// owners into one key.
+	// or another one, already holds the database file, under this name or
+	// another (a hard link, a symlink, a bind mount): two stores with
+	// separate in-process locks on one database would let two owners into
+	// one key.
 	ErrFileLocked = errors.New("sqlite: database file in use by another store")
 	// ErrUnsuitableDB is returned by New for a *sql.DB the store cannot
 	// guarantee anything on: an in-memory database (no file to lock),

@@ -8,8 +8,20 @@ import (
 	"runtime"
 )
 
-// lockFile fails: this platform has no flock, and without a file lock a
+// identify fails: this platform has no flock, and without a file lock a
 // second process could break the store's guarantee.
+func identify(path string) (fileID, error) {
+	return fileID{}, fmt.Errorf("sqlite: cannot lock %s: no file locking on %s", path, runtime.GOOS)
+}
+
+// lockFile, lockIdentity and unlockIdentity are never reached: identify
+// fails first.
 func lockFile(path string) (*os.File, error) {
 	return nil, fmt.Errorf("sqlite: cannot lock %s: no file locking on %s", path, runtime.GOOS)
 }
+
+func lockIdentity(dir string, _ fileID, _ string) (*os.File, string, error) {
+	return nil, "", fmt.Errorf("sqlite: cannot lock in %s: no file locking on %s", dir, runtime.GOOS)
+}
+
+func unlockIdentity(f *os.File, _ string) error { return f.Close() }

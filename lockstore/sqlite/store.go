@@ -1,12 +1,12 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 
 	"modernc.org/sqlite"
@@ -19,17 +19,20 @@ import (
 // lockstore.Memory) for a database file that only this process writes
 // through a Store, and Serialize and Exclusive around it.
 //
-// It holds an exclusive flock on the database file's lock file (the path
-// with LockFileSuffix) from New until Close and the end of the last
-// Serialize or Exclusive call, so a second Store on the same file, in this
-// process or another, fails to start with ErrFileLocked instead of handing
-// out the same keys twice. The lock file is left in place at Close:
-// removing it would race with a process opening it.
+// It is the only Store on its database file, under any name: from New
+// until Close and the end of the last Serialize or Exclusive call, a
+// second Store on the same file (the same device and inode), in this
+// process or another, opened by the same path, a hard link, a symlink or
+// a bind mount, fails to start with ErrFileLocked instead of handing out
+// the same keys twice (see the package documentation for the locks this
+// takes, and their limits). The lock file next to the database file is
+// left in place at Close: removing it would race with a process opening
+// it.
 type Store struct {
-	db   *sql.DB
-	mem  *lockstore.Memory
-	path string // the database file
-	lock *os.File
+	db    *sql.DB
+	mem   *lockstore.Memory
+	path  string // the database file
+	guard *fileGuard
 
 	// gate lets one Serialize transaction at a time begin: SQLite has one
 	// writer, so the others wait here in Go, first come first served by
@@ -56,7 +59,8 @@ var (
 // fails with an error matching ErrUnsuitableDB when the database is in
 // memory (no file to lock), when its transactions do not begin IMMEDIATE
 // (_txlock=immediate) or when it has no busy timeout (_busy_timeout); with
-// ErrFileLocked when another Store holds the file. ctx bounds these checks.
+// ErrFileLocked when another Store holds the file, under any name. ctx
+// bounds these checks.
 //
 // The Store does not own db: Close leaves it open.
 func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
@@ -77,20 +81,20 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: the main database is in memory or temporary: the store needs a database file", ErrUnsuitableDB)
 	}
-	lock, err := lockFile(path + LockFileSuffix)
+	guard, err := guardFile(path, cmp.Or(cfg.LockDir, DefaultLockDir))
 	if err != nil {
 		return nil, err
 	}
 	if err := checkTransactions(ctx, db, drv, path); err != nil {
-		_ = lock.Close()
+		_ = guard.release() // the error that matters is err
 		return nil, err
 	}
 	mem, err := lockstore.NewMemory(cfg.Locks)
 	if err != nil {
-		_ = lock.Close()
+		_ = guard.release()
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
-	return &Store{db: db, mem: mem, path: path, lock: lock, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, mem: mem, path: path, guard: guard, gate: make(chan struct{}, 1)}, nil
 }
 
 // checkTransactions makes sure db's connections wait for locks (a busy
@@ -194,7 +198,7 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		s.closeErr = s.mem.Close()
 		if !busy {
-			s.closeErr = errors.Join(s.closeErr, s.lock.Close())
+			s.closeErr = errors.Join(s.closeErr, s.guard.release())
 		}
 	})
 	return s.closeErr
@@ -220,6 +224,6 @@ func (s *Store) exit() {
 	defer s.mu.Unlock()
 	s.inflight--
 	if s.inflight == 0 && s.closed {
-		_ = s.lock.Close() // an unlocked descriptor: nothing to report to
+		_ = s.guard.release() // the last call out: nobody to report to
 	}
 }

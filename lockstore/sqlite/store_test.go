@@ -72,7 +72,9 @@ func TestConfigValidate(t *testing.T) {
 		{"zero", sqlite.Config{}, nil},
 		{"ttl and node", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: time.Second, Node: "n1", Shards: 8}}, nil},
 		{"negative ttl", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1}}, []string{"TTL"}},
-		{"every problem", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1, Shards: 3}}, []string{"TTL", "Shards"}},
+		{"absolute lock dir", sqlite.Config{LockDir: "/run/lock"}, nil},
+		{"relative lock dir", sqlite.Config{LockDir: "locks"}, []string{`LockDir "locks" is not an absolute path`}},
+		{"every problem", sqlite.Config{Locks: lockstore.MemoryConfig{TTL: -1, Shards: 3}, LockDir: "./locks"}, []string{"TTL", "Shards", "LockDir"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,7 +154,8 @@ func TestFileLockInProcess(t *testing.T) {
 	other := openDB(t, testDSN(path, time.Second))
 	_, err := sqlite.New(ctx, other, sqlite.Config{})
 	require.ErrorIs(t, err, sqlite.ErrFileLocked)
-	require.ErrorContains(t, err, path+sqlite.LockFileSuffix)
+	require.ErrorContains(t, err, path+" is the file")
+	require.ErrorContains(t, err, "a Store of this process")
 	_, err = sqlite.New(ctx, db, sqlite.Config{})
 	require.ErrorIs(t, err, sqlite.ErrFileLocked, "a second store on the same handle")
 
