@@ -2,7 +2,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 BENCH ?= .
 PKG ?= ./...
 
-.PHONY: help test test/race bench lint tidy ci
+.PHONY: help test test/race bench bench-held faults lint tidy ci
 
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-12s %s\n", $$1, $$2}'
@@ -15,6 +15,13 @@ test/race: ## Run the tests under the race detector, as CI does.
 
 bench: ## Run the benchmarks five times each (BENCH=regexp PKG=./lockstore/...).
 	go test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKG)
+
+bench-held: ## TryLock+Release with 0, 1k and 10k locks held, and the time to take 100k (a private cluster).
+	go test -run '^$$' -bench 'BenchmarkTryLockReleaseHeld|BenchmarkTryLockRelease$$' -benchmem -count 5 ./lockstore/postgres/
+	go test -run '^$$' -bench 'BenchmarkHold100k' -benchtime 1x -count 3 ./lockstore/postgres/
+
+faults: ## The lock-store fault suite, five times over, with its figures (the long form of what CI runs once).
+	go test -race -count 5 -v -run 'TestFault|TestTokensRiseAcrossCrashRestarts|TestKeysFreeAfterBlackHoleHeals|TestReleaseInSilence|TestServerLockTableFull|TestMaxHeld|TestKilledNode|TestTerminated|TestSilentServer' ./lockstore/postgres/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|window|gave|free|took'
 
 lint: ## Run golangci-lint.
 	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
