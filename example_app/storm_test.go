@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/example_app/internal/storm"
+	"github.com/claimbus/claimbus/example_app/internal/storm/stormtest"
+	"github.com/claimbus/claimbus/lockstore/sqlite"
+)
+
+// fakeNodes starts three fake nodes on one store, and returns them and
+// their URLs.
+func fakeNodes(t *testing.T, mod func(a, b, c *stormtest.Node)) (*stormtest.Store, []*stormtest.Node, []string) {
+	t.Helper()
+	store := stormtest.NewStore()
+	nodes := []*stormtest.Node{{Name: "a", Store: store}, {Name: "b", Store: store}, {Name: "c", Store: store}}
+	if mod != nil {
+		mod(nodes[0], nodes[1], nodes[2])
+	}
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, stormtest.Start(t, n))
+	}
+	return store, nodes, urls
+}
+
+func runStorm(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, append([]string{"storm"}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// A storm of 2000 sign-ups over 200 emails across three faithful nodes:
+// 200 created, 1800 already taken, a clean check, exit 0. Stderr is not a
+// terminal, so the progress is in lines.
+func TestStorm(t *testing.T) {
+	t.Parallel()
+	store, nodes, urls := fakeNodes(t, nil)
+	code, stdout, stderr := runStorm(t, "-target", strings.Join(urls, ","), "-requests", "2000", "-emails", "200", "-seed", "7")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+
+	require.Regexp(t, `(?m)^storm: 2000 POST /staff to 3 nodes, 200 emails, concurrency 32, timeout 20s, seed 7$`, stdout)
+	require.Regexp(t, `(?m)^  201 created +200$`, stdout)
+	require.Regexp(t, `(?m)^  409 conflict +1800  already_taken email 1800$`, stdout)
+	require.Regexp(t, `(?m)^  4xx other +0$`, stdout)
+	require.Regexp(t, `(?m)^  5xx +0$`, stdout)
+	require.Regexp(t, `(?m)^  transport errors +0$`, stdout)
+	require.Regexp(t, `(?m)^  took .*, \d+ req/s$`, stdout)
+	require.Regexp(t, `(?m)^  latency p50 [0-9.]+ms  p90 [0-9.]+ms  p99 [0-9.]+ms  max [0-9.]+ms$`, stdout)
+	for i, n := range nodes {
+		require.Regexp(t, `(?m)^  node `+n.Name+` \(`+urls[i]+`\): 66[67] sent, \d+ created$`, stdout)
+	}
+	require.Contains(t, stdout, "check: OK: 200 emails on 3 nodes")
+	require.Equal(t, 200, store.Len())
+
+	require.Regexp(t, `(?m)^storm: 2000/2000 requests, done in .*, \d+ req/s$`, stderr)
+	require.Contains(t, stderr, "storm: checking 200 emails on 3 nodes")
+}
+
+// Each broken guarantee makes the storm exit 1, naming the email or node.
+func TestStormFaults(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		mod  func(a, b, c *stormtest.Node)
+		want func(store *stormtest.Store, nodes []*stormtest.Node, urls []string) string
+	}{
+		{"two 201s for one email", func(_, b, _ *stormtest.Node) { b.DoubleCreate = true },
+			func(store *stormtest.Store, _ []*stormtest.Node, _ []string) string {
+				return "email " + store.DoubledCreate() + " got 2 × 201: "
+			}},
+		{"two rows for one email", func(_, _, c *stormtest.Node) { c.DoubleRow = true },
+			func(_ *stormtest.Store, nodes []*stormtest.Node, urls []string) string {
+				return "node c (" + urls[2] + ") lists 2 staff for " + nodes[2].DoubledRow() + ": "
+			}},
+		{"backstop", func(a, _, _ *stormtest.Node) { a.Backstops = 1 },
+			func(_ *stormtest.Store, _ []*stormtest.Node, urls []string) string {
+				return "node a (" + urls[0] + "): backstop_violations 1"
+			}},
+		{"one 500", func(_, b, _ *stormtest.Node) { b.Fail500 = 1 },
+			func(_ *stormtest.Store, _ []*stormtest.Node, urls []string) string {
+				return "node b (" + urls[1] + ") answered 1 POST /staff with a 5xx: 500 ×1 (internal 1)"
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store, nodes, urls := fakeNodes(t, tt.mod)
+			code, stdout, stderr := runStorm(t, "-target", strings.Join(urls, ","), "-requests", "300", "-emails", "30", "-progress", "off")
+			require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			require.Contains(t, stdout, "check: FAILED: 1 problem\n")
+			require.Contains(t, stdout, tt.want(store, nodes, urls))
+			require.Contains(t, stderr, "example_app storm: FAILED: 1 problem (listed above)")
+		})
+	}
+	// The email created twice is named with both staff and their nodes.
+	store, _, urls := fakeNodes(t, func(a, b, c *stormtest.Node) { a.DoubleCreate, b.DoubleCreate, c.DoubleCreate = true, true, true })
+	code, stdout, _ := runStorm(t, "-target", strings.Join(urls, ","), "-requests", "300", "-emails", "30", "-progress", "off")
+	require.Equal(t, 1, code)
+	email := store.DoubledCreate()
+	require.NotEmpty(t, email)
+	require.Regexp(t, `(?m)^  email `+email+` got 2 × 201: storm-\w+-\d+ from node [abc] \(http://127\.0\.0\.1:\d+\), storm-\w+-\d+ from node [abc] \(http://127\.0\.0\.1:\d+\)$`, stdout)
+}
+
+// Bad flags are all reported at once, exit 2, before anything is sent.
+func TestStormFlags(t *testing.T) {
+	t.Parallel()
+	_, nodes, urls := fakeNodes(t, nil)
+	tests := []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{nil, 2, []string{"bad flags", "-target is required"}},
+		{[]string{"-target", "localhost:8080"}, 2, []string{`-target "localhost:8080": want an http:// or https:// URL`}},
+		{[]string{"-target", urls[0], "-requests", "0"}, 2, []string{"-requests 0: give 1 to 1000000"}},
+		{[]string{"-target", urls[0], "-requests", "10", "-emails", "20"}, 2, []string{"-emails 20 is more than -requests 10"}},
+		{[]string{"-target", urls[0], "-concurrency", "0"}, 2, []string{"-concurrency 0"}},
+		{[]string{"-target", urls[0], "-timeout", "0s"}, 2, []string{"-timeout 0s"}},
+		{[]string{"-target", urls[0], "-progress", "fancy"}, 2, []string{`-progress "fancy"`}},
+		{[]string{"-target", urls[0] + "," + urls[0]}, 2, []string{"is given twice"}},
+		{[]string{"-target", urls[0], "extra"}, 2, []string{`unexpected arguments ["extra"]`}},
+		{[]string{"-requests", "x"}, 2, []string{`invalid value "x" for flag -requests`}},
+		{[]string{"-bogus"}, 2, []string{"flag provided but not defined: -bogus"}},
+		{[]string{"-emails", "-1", "-concurrency", "5000", "-progress", "x"}, 2, []string{"-target is required", "-emails -1", "-concurrency 5000", `-progress "x"`}},
+		{[]string{"-h"}, 0, []string{"usage: example_app storm -target URL", "-concurrency", "-seed"}},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := runStorm(t, tt.args...)
+		require.Equal(t, tt.code, code, "%v: %s", tt.args, stderr)
+		require.Empty(t, stdout, tt.args)
+		for _, w := range tt.want {
+			require.Contains(t, stderr, w, tt.args)
+		}
+	}
+	for _, n := range nodes {
+		require.Zero(t, n.Posts())
+	}
+
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"help"}, &stdout, &stderr))
+	require.Contains(t, stdout.String(), "example_app storm [flags]")
+}
+
+// An unreachable target: exit 1 before anything is sent.
+func TestStormUnreachable(t *testing.T) {
+	t.Parallel()
+	_, nodes, urls := fakeNodes(t, nil)
+	// A port nothing listens on: a server started and closed.
+	dead := stormtest.StartClosed(t)
+	code, stdout, stderr := runStorm(t, "-target", urls[0]+","+dead)
+	require.Equal(t, 1, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, "a target is not healthy, so nothing was sent")
+	require.Contains(t, stderr, dead+": GET /healthz")
+	require.Zero(t, nodes[0].Posts())
+}
+
+// SIGINT (the context main passes) stops the storm: exit 1, the partial
+// summary printed.
+func TestStormInterrupted(t *testing.T) {
+	t.Parallel()
+	gate, arrived := make(chan struct{}), make(chan struct{})
+	defer close(gate)
+	_, _, urls := fakeNodes(t, func(a, _, _ *stormtest.Node) { a.Gate, a.Arrived = gate, arrived })
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"storm", "-target", urls[0], "-requests", "100", "-emails", "10", "-concurrency", "2"}, &stdout, &stderr)
+	}()
+	<-arrived
+	<-arrived
+	cancel()
+	require.Equal(t, 1, <-done)
+	require.Contains(t, stdout.String(), "check: not run (interrupted)")
+	require.Contains(t, stderr.String(), "storm: 0/100 requests, interrupted after")
+	require.Contains(t, stderr.String(), "example_app storm: interrupted with 0 of 100 requests done")
+}
+
+// realNodes starts two real nodes of the example on one SQLite database,
+// served on 127.0.0.1, and returns their URLs.
+func realNodes(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "storm.db"), 0))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	store, err := sqlite.New(ctx, db, sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	var urls []string
+	for _, name := range []string{"a", "b"} {
+		node, err := app.New(ctx, app.Config{Backend: app.SQLiteBackend(store), Name: name})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, node.Close()) })
+		srv := httptest.NewServer(node.Handler())
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	return urls
+}
+
+// The storm against the real nodes: one 201 per email, the rest 409. The
+// check needs GET /staff?email= and backstop_violations in /healthz; until
+// the API has them, the storm fails on exactly those, and says so.
+func TestStormRealApp(t *testing.T) {
+	t.Parallel()
+	urls := realNodes(t)
+	hasList, hasBackstop := probeAPI(t, urls[0])
+
+	code, stdout, stderr := runStorm(t, "-target", strings.Join(urls, ","), "-requests", "400", "-emails", "40", "-concurrency", "16", "-progress", "off")
+	require.Regexp(t, `(?m)^  201 created +40$`, stdout, stderr)
+	require.Regexp(t, `(?m)^  409 conflict +360  already_taken email 360$`, stdout)
+	require.Regexp(t, `(?m)^  5xx +0$`, stdout)
+	require.Regexp(t, `(?m)^  transport errors +0$`, stdout)
+	if hasList && hasBackstop {
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		require.Contains(t, stdout, "check: OK: 40 emails on 2 nodes")
+		return
+	}
+	t.Logf("the real API lacks GET /staff?email= (%v) or backstop_violations (%v): the check fails on them", !hasList, !hasBackstop)
+	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	want := 0
+	for i, u := range urls {
+		node := fmt.Sprintf("node %s (%s)", []string{"a", "b"}[i], u)
+		if !hasList {
+			require.Contains(t, stdout, node+": the check could not read 40 of 40 emails (first: GET /staff?email=")
+			want++
+		}
+		if !hasBackstop {
+			require.Contains(t, stdout, node+": GET /healthz does not report backstop_violations")
+			want++
+		}
+	}
+	require.Contains(t, stdout, "check: FAILED: "+storm.Problems(want)+"\n", "no other problem")
+}
+
+// probeAPI reports whether the node at base answers GET /staff?email= with
+// 200, and reports backstop_violations in /healthz.
+func probeAPI(t *testing.T, base string) (hasList, hasBackstop bool) {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	resp, err := c.Get(base + "/staff?email=probe%40example.org")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	hasList = resp.StatusCode == http.StatusOK
+	resp, err = c.Get(base + "/healthz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var h map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&h))
+	_, hasBackstop = h["backstop_violations"]
+	return hasList, hasBackstop
+}
