@@ -235,7 +235,7 @@ func TestLockConnsGrowAndShrink(t *testing.T) {
 	again, err := s.TryLock(ctx, capKey(0))
 	require.NoError(t, err)
 	require.Greater(t, again.Token(), locks[59].Token())
-	require.Less(t, len(s.lockConns()), 8, "at most MaxHeld/LocksPerConn extra")
+	require.LessOrEqual(t, len(s.lockConns()), 2+(100+9)/10, "at most MaxHeld/LocksPerConn extra")
 	locks[0] = again
 
 	for _, l := range locks {

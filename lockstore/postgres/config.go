@@ -21,6 +21,7 @@ const (
 	DefaultLeaseBound       = 2 * time.Second
 	DefaultReconnectBackoff = time.Second
 	DefaultMaxBatch         = 512
+	DefaultConnectTimeout   = 5 * time.Second
 	// DefaultLocksPerConn is the default of Config.LocksPerConn.
 	DefaultLocksPerConn = 2000
 	// DefaultStatementTimeout is the default of Config.StatementTimeout.
@@ -68,8 +69,8 @@ type Config struct {
 
 	// PollInterval is the longest wait between two tries of a key that
 	// another node holds (Lock polls pg_try_advisory_lock, starting after
-	// 1ms and doubling up to PollInterval), so it bounds how long a freed key
-	// can stay untaken. Default 50ms.
+	// 1ms and doubling, with jitter, up to PollInterval), so it bounds how
+	// long a freed key can stay untaken. Default 50ms.
 	PollInterval time.Duration
 
 	// LeaseBound is how long a lock is believed held without news from the
@@ -88,12 +89,17 @@ type Config struct {
 	// which, its TCP keepalive probes run). Default LeaseBound/4.
 	KeepAlive time.Duration
 
-	// Timeout bounds each round trip, and each connection attempt, on a lock
-	// connection, and never reaches past the lease bound. A round trip that
-	// takes longer closes the connection (its locks are lost) and the store
-	// reconnects. Default LeaseBound/2, or LeaseBound - KeepAlive when that
-	// is less.
+	// Timeout bounds each round trip on a lock connection, and never
+	// reaches past the lease bound. A round trip that takes longer closes
+	// the connection (its locks are lost) and the store reconnects. Default
+	// LeaseBound/2, or LeaseBound - KeepAlive when that is less.
 	Timeout time.Duration
+
+	// ConnectTimeout bounds each attempt to open a lock connection (dial,
+	// TLS, authentication and the token epoch's bump); no lock lives on a
+	// connection before it is open, so it does not count against the lease.
+	// Default 5s.
+	ConnectTimeout time.Duration
 
 	// MaxHeld is the most locks the store holds at once (granted, or on
 	// their way to the server); a TryLock or Lock past it fails at once
@@ -123,7 +129,8 @@ type Config struct {
 	StatementTimeout time.Duration
 
 	// ReconnectBackoff is the longest wait between two attempts to replace a
-	// dead lock connection (the wait starts at 10ms and doubles). Default 1s.
+	// dead lock connection (the wait starts at 10ms and doubles, with
+	// jitter, so that nodes do not reconnect in step). Default 1s.
 	ReconnectBackoff time.Duration
 
 	// MaxBatch is the most lock and unlock requests one round trip on a lock
@@ -173,6 +180,7 @@ func (c Config) Validate() error {
 		{"LeaseBound", c.LeaseBound},
 		{"KeepAlive", c.KeepAlive},
 		{"Timeout", c.Timeout},
+		{"ConnectTimeout", c.ConnectTimeout},
 		{"ReconnectBackoff", c.ReconnectBackoff},
 		{"StatementTimeout", c.StatementTimeout},
 	} {
@@ -211,6 +219,7 @@ func (c Config) withDefaults(applicationName string) Config {
 	c.LeaseBound = cmp.Or(c.LeaseBound, DefaultLeaseBound)
 	c.KeepAlive = cmp.Or(c.KeepAlive, c.LeaseBound/4)
 	c.Timeout = cmp.Or(c.Timeout, min(c.LeaseBound/2, c.LeaseBound-c.KeepAlive))
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
 	c.LocksPerConn = cmp.Or(c.LocksPerConn, DefaultLocksPerConn)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, DefaultStatementTimeout)
 	c.ReconnectBackoff = cmp.Or(c.ReconnectBackoff, DefaultReconnectBackoff)

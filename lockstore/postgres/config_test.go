@@ -72,6 +72,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.LessOrEqual(t, c.KeepAlive+c.Timeout, c.LeaseBound)
 	require.Equal(t, DefaultLocksPerConn, c.LocksPerConn)
 	require.Equal(t, DefaultStatementTimeout, c.StatementTimeout)
+	require.Equal(t, DefaultConnectTimeout, c.ConnectTimeout)
 	// Timeout never reaches past the lease bound.
 	require.Equal(t, 500*time.Millisecond, Config{KeepAlive: 1500 * time.Millisecond}.withDefaults("").Timeout)
 	require.Equal(t, DefaultReconnectBackoff, c.ReconnectBackoff)

@@ -38,7 +38,8 @@
 // advisory lock is granted it again, so without the queue two callers on
 // one node would both get in. Waiters on one node are served first come
 // first served. A key held by another node is polled with
-// pg_try_advisory_lock (1ms, doubling up to Config.PollInterval), so a wait
+// pg_try_advisory_lock (1ms, doubling up to Config.PollInterval, with
+// jitter), so a wait
 // never blocks a lock connection that other keys share.
 //
 // Each lock connection has one owner goroutine. It sends every request

@@ -184,7 +184,9 @@ func TestCancelledCallersLateGrantIsUnlocked(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-c"})
 	admin := serialAdmin(t, dsn)
-	s := newTestStore(t, pool, Config{LockConns: 1})
+	// A round trip is stalled on purpose: a lease long enough that the
+	// stall never costs the connection, however loaded the machine.
+	s := newTestStore(t, pool, Config{LockConns: 1, LeaseBound: time.Minute, Timeout: 30 * time.Second})
 	pid := connPIDs(s)[0]
 	key := lockstore.Key{Namespace: "late", ID: "1"}
 
@@ -216,11 +218,16 @@ func TestCancelledCallersLateGrantIsUnlocked(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 
 	// The grant arrives for nobody: the store unlocks it on the same
-	// connection (the caller's cancellation did not close it).
+	// connection (the caller's cancellation did not close it), and passes
+	// the key's turn on once the unlock is confirmed: a Lock gets it then.
+	// (Not TryLock: the server may show the unlock a moment before the
+	// store has read its answer.)
 	waitFor(t, "late grant unlocked", func() bool { return len(lockBackends(ctx, t, admin)) == 0 })
-	require.Equal(t, pid, connPIDs(s)[0], "the shared connection survived the caller's cancellation")
-	l, err := s.TryLock(ctx, key)
+	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer lcancel()
+	l, err := s.Lock(lctx, key)
 	require.NoError(t, err)
+	require.Equal(t, pid, connPIDs(s)[0], "the shared connection survived the caller's cancellation")
 	require.NoError(t, l.Release(ctx))
 }
 

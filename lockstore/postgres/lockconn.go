@@ -174,9 +174,10 @@ func (c *lockConn) unavailableLocked() error {
 	return fmt.Errorf("postgres: lock connection %d is down: %w", c.index, lockstore.ErrUnavailable)
 }
 
-// connect opens the connection. The store's context and Timeout bound it.
+// connect opens the connection. The store's context and ConnectTimeout
+// bound it.
 func (c *lockConn) connect() error {
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.ConnectTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, c.s.connConfig)
 	if err != nil {
@@ -322,11 +323,11 @@ func (c *lockConn) idle() {
 }
 
 // reconnect replaces the connection, waiting between attempts with a
-// doubling backoff up to Config.ReconnectBackoff. It returns false when
-// the store's context ends first.
+// doubling backoff, with jitter, up to Config.ReconnectBackoff. It returns
+// false when the store's context ends first.
 func (c *lockConn) reconnect() bool {
-	backoff := min(firstReconnectBackoff, c.s.cfg.ReconnectBackoff)
-	timer := time.NewTimer(backoff)
+	b := newBackoff(firstReconnectBackoff, c.s.cfg.ReconnectBackoff)
+	timer := time.NewTimer(nextWait(b, c.s.cfg.ReconnectBackoff))
 	defer timer.Stop()
 	for {
 		select {
@@ -341,8 +342,7 @@ func (c *lockConn) reconnect() bool {
 		c.mu.Lock()
 		c.lastErr = err
 		c.mu.Unlock()
-		backoff = min(2*backoff, c.s.cfg.ReconnectBackoff)
-		timer.Reset(backoff)
+		timer.Reset(nextWait(b, c.s.cfg.ReconnectBackoff))
 	}
 }
 

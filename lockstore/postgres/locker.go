@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -136,7 +138,9 @@ func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock,
 // Lock waits until key is free or ctx ends. Claimants on this node are
 // served first come first served: only the first one talks to the server,
 // and while another node holds the key it polls pg_try_advisory_lock,
-// after 1ms and then twice as long each time up to Config.PollInterval, so
+// after about 1ms and then twice as long each time up to
+// Config.PollInterval (each wait with jitter, so that nodes do not poll in
+// step), so
 // that a wait never blocks a lock connection shared with other keys. It
 // fails fast with an error matching lockstore.ErrUnavailable while key's
 // lock connection is being replaced, and with lockstore.ErrClosed when the
@@ -150,7 +154,7 @@ func (s *Store) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, er
 		return nil, err
 	}
 	var timer *time.Timer
-	delay := min(firstPollInterval, s.cfg.PollInterval)
+	var poll *backoff.ExponentialBackOff
 	for {
 		l, err := s.attempt(ctx, key, id)
 		if err != nil {
@@ -160,10 +164,11 @@ func (s *Store) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, er
 			return l, nil
 		}
 		if timer == nil {
-			timer = time.NewTimer(delay)
+			poll = newBackoff(firstPollInterval, s.cfg.PollInterval)
+			timer = time.NewTimer(nextWait(poll, s.cfg.PollInterval))
 			defer timer.Stop()
 		} else {
-			timer.Reset(delay)
+			timer.Reset(nextWait(poll, s.cfg.PollInterval))
 		}
 		select {
 		case <-timer.C:
@@ -174,7 +179,6 @@ func (s *Store) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, er
 			s.queue.pass(id)
 			return nil, lockstore.ErrClosed
 		}
-		delay = min(2*delay, s.cfg.PollInterval)
 	}
 }
 
