@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -74,8 +75,10 @@ func Handle[C, R any](b *Bus, h func(ctx context.Context, cmd *C) (R, error)) er
 
 // process decodes msg, runs it through the middleware and its handler, and
 // returns its reply. An unknown name or an undecodable payload is an
-// invalid rejection, with poison set to the reason.
-func (b *Bus) process(msg *message.Message) (r reply, poison string) {
+// invalid rejection, with poison set to the reason. sender, when not nil,
+// is the context of the Dispatch in this process that waits for the
+// outcome (see hookContext).
+func (b *Bus) process(msg *message.Message, sender context.Context) (r reply, poison string) {
 	name := b.cfg.Marshaler.NameFromMessage(msg)
 	e := b.handlers[name]
 	if e == nil {
@@ -90,8 +93,39 @@ func (b *Bus) process(msg *message.Message) (r reply, poison string) {
 
 	p := middleware.NewMessagePipeline(msg, cmd, name)
 	p.SetContext(b.runCtx) // the run's, not the message's
-	res, err := b.runner.Run(b.runCtx, p, e.call)
+	ctx, stop := b.hookContext(msg, sender)
+	defer stop()
+	res, err := b.runner.Run(ctx, p, e.call)
 	return encodeReply(name, res, err), ""
+}
+
+// hookContext returns the context of the BeforeDispatch hooks of msg's
+// run, which the runner also checks before it starts the handler: the
+// bus's run context, ended at the deadline msg carries (MetadataDeadline)
+// and, when sender is not nil, once sender ends. Nobody waits for an
+// outcome past either, so the handler is not started (see Dispatch). The
+// handler's own context, p.Context(), is not bounded by them: a handler
+// that started runs to its end. A deadline that does not parse is ignored.
+func (b *Bus) hookContext(msg *message.Message, sender context.Context) (context.Context, func()) {
+	ctx, stops := b.runCtx, []func(){}
+	if v := msg.Metadata.Get(MetadataDeadline); v != "" {
+		if d, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d)
+			stops = append(stops, cancel)
+		}
+	}
+	if sender != nil && sender.Done() != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		unhook := context.AfterFunc(sender, func() { cancel(context.Cause(sender)) })
+		stops = append(stops, func() { unhook(); cancel(nil) })
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 // decode unmarshals msg into cmd. A command's decoder is user code, as a
