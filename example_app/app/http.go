@@ -27,13 +27,15 @@ const maxBody = 64 << 10
 //	POST /transfers/{id}/cancel     {reason}                            200 Transfer
 //	POST /lobbies                   {lobby_id, words}                   201 Lobby (set-up)
 //	POST /lobbies/{id}/guesses      {word}                              200 Guess
-//	GET  /healthz                                                       200 {status, node, backend}
+//	GET  /healthz                                                       200 {status, node, backend}, 503
 //
 // A rejection is answered with its status and the rejection as JSON,
 // {"code": ..., "field": ..., "message": ...}: already_taken and not_open
 // 409, invalid and insufficient_funds 422, locked 423, not_found 404,
-// unavailable 503, timeout 504. A body that is not the JSON expected is
-// 400 with code "bad_request".
+// unavailable 503 (with Retry-After: the database or the lock store cannot
+// be reached, on every route, until it can again), timeout 504. A body
+// that is not the JSON expected is 400 with code "bad_request". No answer
+// carries a driver's error: those are logged.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.healthz)
@@ -101,20 +103,34 @@ func (n *Node) Handler() http.Handler {
 	return mux
 }
 
+// healthTimeout bounds the database ping of /healthz.
+const healthTimeout = 2 * time.Second
+
+// health is the body of /healthz.
+type health struct {
+	// Status is "ok", or "unavailable" when the database does not answer.
+	Status  string `json:"status"`
+	Node    string `json:"node"`
+	Backend string `json:"backend"`
+}
+
 func (n *Node) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	body := map[string]string{"status": "ok", "node": n.name, "backend": n.backend.Name()}
+	h := health{Status: "ok", Node: n.name, Backend: n.backend.Name()}
 	status := http.StatusOK
 	if err := n.backend.Ping(ctx); err != nil {
-		body["status"], body["error"] = "unavailable", err.Error()
-		status = http.StatusServiceUnavailable
+		n.log.WarnContext(ctx, "health check: the database does not answer", "error", err)
+		h.Status, status = "unavailable", http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, status, body)
+	writeJSON(w, status, h)
 }
 
 // answer runs do within the request timeout and writes its result with
-// status ok, or its error with the status of its rejection.
+// status ok, or its error with the status of its rejection. An error that
+// is no rejection is 500 internal, logged: none of its words reach the
+// client.
 func (n *Node) answer(w http.ResponseWriter, r *http.Request, ok int, do func(ctx context.Context) (any, error)) {
 	ctx, cancel := context.WithTimeout(r.Context(), n.requestTimeout)
 	defer cancel()
@@ -130,15 +146,25 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, ok int, do func(ct
 	switch {
 	case errors.As(err, &rej):
 	case errors.Is(err, context.DeadlineExceeded):
-		rej = middleware.Reject(middleware.CodeTimeout, "", "no answer within %v", n.requestTimeout)
+		rej = middleware.Reject(middleware.CodeTimeout, "", "no answer within %v, try again", n.requestTimeout)
 	case errors.Is(err, bus.ErrClosed), errors.Is(err, context.Canceled):
-		rej = middleware.Reject(middleware.CodeUnavailable, "", "the node is shutting down")
+		rej = middleware.Reject(middleware.CodeUnavailable, "", "the node is shutting down, try again")
 	default:
 		n.log.ErrorContext(ctx, "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"code": "internal", "message": "internal error"})
 		return
 	}
-	writeJSON(w, rejectionStatus(rej.Code), rej)
+	status := rejectionStatus(rej.Code)
+	if status == http.StatusServiceUnavailable {
+		// The node that hit the outage logs it: a rejection that came
+		// back over the bus as data (a bare *Rejection) was logged where
+		// it happened, with its cause.
+		if _, bare := err.(*middleware.Rejection); !bare {
+			n.log.WarnContext(ctx, "request failed: unavailable", "method", r.Method, "path", r.URL.Path, "error", err)
+		}
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, rej)
 }
 
 // rejectionStatus is the HTTP status of a rejection code.

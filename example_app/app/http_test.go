@@ -14,20 +14,20 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 	"github.com/claimbus/claimbus/middleware"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // sqliteNode starts a node configured by cfg on a fresh SQLite database
 // (its Backend), served by httptest.
-func sqliteNode(t *testing.T, cfg app.Config) (*app.Node, *sqlite.Store, string) {
+func sqliteNode(t testing.TB, cfg app.Config) (*app.Node, *sqlite.Store, string) {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "app.db"), 0))

@@ -55,7 +55,7 @@ func (n *Node) AddLobby(ctx context.Context, id string, words []string) error {
 		}
 		seen[w] = true
 	}
-	return n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+	return n.tx(ctx, func(ctx context.Context, q querier) error {
 		added, err := q.exec(ctx, `INSERT INTO lobby (lobby_id, words_left) VALUES ($1, $2) ON CONFLICT (lobby_id) DO NOTHING`, id, len(seen))
 		if err != nil {
 			return err
@@ -75,7 +75,7 @@ func (n *Node) AddLobby(ctx context.Context, id string, words []string) error {
 // Lobby returns a lobby, or an error matching ErrNotFound.
 func (n *Node) Lobby(ctx context.Context, id string) (Lobby, error) {
 	l := Lobby{LobbyID: id}
-	err := n.backend.db().queryRow(ctx,
+	err := n.db().queryRow(ctx,
 		`SELECT words_left, (SELECT count(*) FROM lobby_word WHERE lobby_id = $1) FROM lobby WHERE lobby_id = $1`, id).
 		Scan(&l.WordsLeft, &l.Words)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -91,7 +91,7 @@ func (n *Node) Lobby(ctx context.Context, id string) (Lobby, error) {
 func (n *Node) guessWord(ctx context.Context, c *commands.GuessWord) (Guess, error) {
 	g := Guess{LobbyID: c.LobbyID, Word: normalizeWord(c.Word)}
 	id := commandID(ctx)
-	err := n.backend.serialize(ctx, lockstore.Key{Namespace: NamespaceLobby, ID: c.LobbyID}, func(ctx context.Context, q querier) error {
+	err := n.serialize(ctx, lockstore.Key{Namespace: NamespaceLobby, ID: c.LobbyID}, func(ctx context.Context, q querier) error {
 		g.Correct, g.Won = false, false
 		err := q.queryRow(ctx, `SELECT words_left FROM lobby WHERE lobby_id = $1`, g.LobbyID).Scan(&g.WordsLeft)
 		if errors.Is(err, sql.ErrNoRows) {

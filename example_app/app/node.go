@@ -136,6 +136,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	bcfg := cfg.Bus
 	bcfg.Middleware = append([]middleware.Middleware{
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
+		middleware.Hooks{AfterFail: n.logUnavailable},
 		middleware.Validate(),
 		unique,
 		locks,
@@ -173,6 +174,16 @@ func (n *Node) Backend() Backend { return n.backend }
 // claims should have kept out. It stays 0 while the claims work: a
 // non-zero count is a bug worth a look.
 func (n *Node) Backstops() int64 { return n.backstops.Load() }
+
+// logUnavailable logs, as a warning with its cause, a command that failed
+// because the database or the lock store could not be reached: its
+// rejection crosses the bus without the cause, so this node, which saw
+// it, is the one to log it.
+func (n *Node) logUnavailable(ctx context.Context, p *middleware.Pipeline) {
+	if err := p.Err(); errors.Is(err, middleware.ErrUnavailable) {
+		n.log.WarnContext(ctx, "command failed: unavailable", "command", p.CommandName, "command_id", p.CommandUUID, "error", err)
+	}
+}
 
 // backstop records that a unique index fired.
 func (n *Node) backstop(ctx context.Context, what string, err error) {

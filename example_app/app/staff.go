@@ -30,7 +30,7 @@ func newStaff(c *commands.CreateStaff) Staff {
 // before the claim is released: the next claimant's lookup sees the row.
 func (n *Node) createStaff(ctx context.Context, c *commands.CreateStaff) (Staff, error) {
 	s := newStaff(c)
-	_, err := n.backend.db().exec(ctx,
+	_, err := n.db().exec(ctx,
 		`INSERT INTO staff (staff_id, email, name) VALUES ($1, $2, $3)`, s.StaffID, s.Email, s.Name)
 	if err == nil {
 		return s, nil
@@ -59,7 +59,7 @@ func (n *Node) staffEmailTaken(ctx context.Context, email string) (bool, error) 
 // committed: the member with the email is the one it creates.
 func (n *Node) staffCreatedBy(ctx context.Context, c *commands.CreateStaff, email string) (bool, error) {
 	var id string
-	err := n.backend.db().queryRow(ctx, `SELECT staff_id FROM staff WHERE email = $1`, email).Scan(&id)
+	err := n.db().queryRow(ctx, `SELECT staff_id FROM staff WHERE email = $1`, email).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -69,7 +69,7 @@ func (n *Node) staffCreatedBy(ctx context.Context, c *commands.CreateStaff, emai
 // exists runs a count query and reports whether it counted anything.
 func (n *Node) exists(ctx context.Context, query string, args ...any) (bool, error) {
 	var count int64
-	if err := n.backend.db().queryRow(ctx, query, args...).Scan(&count); err != nil {
+	if err := n.db().queryRow(ctx, query, args...).Scan(&count); err != nil {
 		return false, err
 	}
 	return count > 0, nil
@@ -78,6 +78,6 @@ func (n *Node) exists(ctx context.Context, query string, args ...any) (bool, err
 // StaffCount returns how many members of staff there are.
 func (n *Node) StaffCount(ctx context.Context) (int, error) {
 	var count int
-	err := n.backend.db().queryRow(ctx, `SELECT count(*) FROM staff`).Scan(&count)
+	err := n.db().queryRow(ctx, `SELECT count(*) FROM staff`).Scan(&count)
 	return count, err
 }

@@ -59,7 +59,7 @@ func (n *Node) AddWallet(ctx context.Context, w Wallet) error {
 	case w.Balance < 0 || w.Balance > commands.MaxAmount:
 		return middleware.Reject(middleware.CodeInvalid, "balance", "must be 0 to %d", commands.MaxAmount)
 	}
-	added, err := n.backend.db().exec(ctx,
+	added, err := n.db().exec(ctx,
 		`INSERT INTO wallet (wallet_id, currency, balance) VALUES ($1, $2, $3) ON CONFLICT (wallet_id) DO NOTHING`,
 		w.WalletID, w.Currency, w.Balance)
 	if err != nil {
@@ -74,7 +74,7 @@ func (n *Node) AddWallet(ctx context.Context, w Wallet) error {
 // Wallet returns a wallet, or an error matching ErrNotFound.
 func (n *Node) Wallet(ctx context.Context, id string) (Wallet, error) {
 	w := Wallet{WalletID: id}
-	err := n.backend.db().queryRow(ctx, `SELECT currency, balance FROM wallet WHERE wallet_id = $1`, id).
+	err := n.db().queryRow(ctx, `SELECT currency, balance FROM wallet WHERE wallet_id = $1`, id).
 		Scan(&w.Currency, &w.Balance)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Wallet{}, middleware.Reject(CodeNotFound, "wallet_id", "no such wallet")
@@ -84,7 +84,7 @@ func (n *Node) Wallet(ctx context.Context, id string) (Wallet, error) {
 
 // Transfer returns a transfer, or an error matching ErrNotFound.
 func (n *Node) Transfer(ctx context.Context, id string) (Transfer, error) {
-	return loadTransfer(ctx, n.backend.db(), id)
+	return loadTransfer(ctx, n.db(), id)
 }
 
 // openTransfer handles OpenTransfer, holding the transfer's lock.
@@ -93,7 +93,7 @@ func (n *Node) openTransfer(ctx context.Context, c *commands.OpenTransfer) (Tran
 		TransferID: c.TransferID, FromWalletID: c.FromWalletID, ToWalletID: c.ToWalletID,
 		Amount: c.Amount, Currency: c.Currency, State: "open",
 	}
-	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+	err := n.tx(ctx, func(ctx context.Context, q querier) error {
 		for _, w := range []struct{ field, id string }{{"from_wallet_id", c.FromWalletID}, {"to_wallet_id", c.ToWalletID}} {
 			var currency string
 			err := q.queryRow(ctx, `SELECT currency FROM wallet WHERE wallet_id = $1`, w.id).Scan(&currency)
@@ -139,7 +139,7 @@ func (n *Node) cancelTransfer(ctx context.Context, c *commands.CancelTransfer) (
 // effect (if any) and records the state.
 func (n *Node) decideTransfer(ctx context.Context, id, state, reason string, effect func(ctx context.Context, q querier, t Transfer) error) (Transfer, error) {
 	var t Transfer
-	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+	err := n.tx(ctx, func(ctx context.Context, q querier) error {
 		var err error
 		if t, err = loadTransfer(ctx, q, id); err != nil {
 			return err
