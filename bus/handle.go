@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -97,35 +96,6 @@ func (b *Bus) process(msg *message.Message, sender context.Context) (r reply, po
 	defer stop()
 	res, err := b.runner.Run(ctx, p, e.call)
 	return encodeReply(name, res, err), ""
-}
-
-// hookContext returns the context of the BeforeDispatch hooks of msg's
-// run, which the runner also checks before it starts the handler: the
-// bus's run context, ended at the deadline msg carries (MetadataDeadline)
-// and, when sender is not nil, once sender ends. Nobody waits for an
-// outcome past either, so the handler is not started (see Dispatch). The
-// handler's own context, p.Context(), is not bounded by them: a handler
-// that started runs to its end. A deadline that does not parse is ignored.
-func (b *Bus) hookContext(msg *message.Message, sender context.Context) (context.Context, func()) {
-	ctx, stops := b.runCtx, []func(){}
-	if v := msg.Metadata.Get(MetadataDeadline); v != "" {
-		if d, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, d)
-			stops = append(stops, cancel)
-		}
-	}
-	if sender != nil && sender.Done() != nil {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		unhook := context.AfterFunc(sender, func() { cancel(context.Cause(sender)) })
-		stops = append(stops, func() { unhook(); cancel(nil) })
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}
 }
 
 // decode unmarshals msg into cmd. A command's decoder is user code, as a
