@@ -49,15 +49,15 @@ func transferKeys(cmd any) []lockstore.Key {
 }
 
 // AddWallet creates a wallet with an opening balance. It is set-up, not a
-// command: it writes directly.
+// command: it writes directly, after the checks the commands make of the
+// same fields (commands.CheckID, commands.CheckCurrency), so that every
+// wallet is one a transfer can name.
 func (n *Node) AddWallet(ctx context.Context, w Wallet) error {
-	switch {
-	case w.WalletID == "" || len(w.WalletID) > commands.MaxIDLen || strings.ContainsAny(w.WalletID, " \t\r\n"):
-		return middleware.Reject(middleware.CodeInvalid, "wallet_id", "must be 1 to %d bytes without white space", commands.MaxIDLen)
-	case len(w.Currency) != 3 || strings.ToUpper(w.Currency) != w.Currency || strings.ContainsAny(w.Currency, "0123456789"):
-		return middleware.Reject(middleware.CodeInvalid, "currency", "must be an ISO 4217 code such as EUR")
-	case w.Balance < 0 || w.Balance > commands.MaxAmount:
-		return middleware.Reject(middleware.CodeInvalid, "balance", "must be 0 to %d", commands.MaxAmount)
+	if err := errors.Join(commands.CheckID("wallet_id", w.WalletID), commands.CheckCurrency("currency", w.Currency)); err != nil {
+		return invalid(err)
+	}
+	if w.Balance < 0 || w.Balance > commands.MaxAmount {
+		return middleware.Reject(middleware.CodeInvalid, "balance", "invalid balance: must be 0 to %d minor units", commands.MaxAmount)
 	}
 	added, err := n.db().exec(ctx,
 		`INSERT INTO wallet (wallet_id, currency, balance) VALUES ($1, $2, $3) ON CONFLICT (wallet_id) DO NOTHING`,
