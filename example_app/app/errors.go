@@ -14,6 +14,9 @@ const (
 	CodeNotFound          = "not_found"
 	CodeNotOpen           = "not_open"
 	CodeInsufficientFunds = "insufficient_funds"
+	// CodeConflictingReplay: a CreateStaff with the staff_id and address
+	// of a member already created, and another name. Answered 409.
+	CodeConflictingReplay = "conflicting_replay"
 )
 
 // Codes of answers of the HTTP API that are not rejections of a command.
@@ -42,6 +45,8 @@ var (
 	// ErrInsufficientFunds: the wallet a transfer is from holds less than
 	// its amount.
 	ErrInsufficientFunds error = &middleware.Rejection{Code: CodeInsufficientFunds, Message: "insufficient funds"}
+	// ErrConflictingReplay: a sign-up replayed with another name.
+	ErrConflictingReplay error = &middleware.Rejection{Code: CodeConflictingReplay, Message: "conflicting replay"}
 )
 
 // ErrNilBackend is returned by New for a Config without a Backend.

@@ -17,7 +17,9 @@ const healthTimeout = 2 * time.Second
 
 // Handler returns the node's HTTP API (JSON in, JSON out):
 //
-//	POST /staff                     {staff_id, email, name}            201 Staff
+//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay)
+//	GET  /staff/{id}                                                    200 Staff
+//	GET  /staff?email=X                                                 200 [Staff] (at most one)
 //	POST /wallets                   {wallet_id, currency, balance}      201 Wallet (set-up)
 //	GET  /wallets/{id}                                                  200 Wallet
 //	POST /transfers                 {transfer_id, from_wallet_id, ...}  201 Transfer
@@ -26,10 +28,11 @@ const healthTimeout = 2 * time.Second
 //	POST /transfers/{id}/cancel     {reason} (optional)                 200 Transfer
 //	POST /lobbies                   {lobby_id, words}                   201 Lobby (set-up)
 //	POST /lobbies/{id}/guesses      {word}                              200 Guess
-//	GET  /healthz                                                       200 {status, node, backend}
+//	GET  /healthz                                                       200 {status, node, backend, backstop_violations}
 //
 // Every answer is JSON. A failure is {"code": ..., "field": ..., "message":
-// ...}, the field when one is at fault: already_taken and not_open 409, invalid and insufficient_funds 422, locked 423,
+// ...}, the field when one is at fault: already_taken, not_open and
+// conflicting_replay 409, invalid and insufficient_funds 422, locked 423,
 // not_found 404, unavailable 503 (with Retry-After), timeout 504; a
 // request the API does not understand is 400 bad_request (a body that is
 // not exactly one JSON object of the route's fields, in UTF-8; a path id
@@ -43,8 +46,25 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", n.healthz)
 	mux.HandleFunc("POST /staff", func(w http.ResponseWriter, r *http.Request) {
 		var c commands.CreateStaff
-		if decodeBody(w, r, &c, false) {
-			n.answer(w, r, http.StatusCreated, func(ctx context.Context) (any, error) { return n.CreateStaff(ctx, &c) })
+		if !decodeBody(w, r, &c, false) {
+			return
+		}
+		n.answerFunc(w, r, func(ctx context.Context) (int, any, error) {
+			s, created, err := n.signUp(ctx, &c)
+			if created {
+				return http.StatusCreated, s, err
+			}
+			return http.StatusOK, s, err
+		})
+	})
+	mux.HandleFunc("GET /staff/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := pathID(w, r, "staff_id"); ok {
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.Staff(ctx, id) })
+		}
+	})
+	mux.HandleFunc("GET /staff", func(w http.ResponseWriter, r *http.Request) {
+		if email, ok := emailQuery(w, r); ok {
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.StaffByEmail(ctx, email) })
 		}
 	})
 	mux.HandleFunc("POST /wallets", func(w http.ResponseWriter, r *http.Request) {
@@ -118,12 +138,15 @@ type health struct {
 	Status  string `json:"status"`
 	Node    string `json:"node"`
 	Backend string `json:"backend"`
+	// BackstopViolations is Node.BackstopViolations: 0 while the claims
+	// work.
+	BackstopViolations int64 `json:"backstop_violations"`
 }
 
 func (n *Node) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	h := health{Status: "ok", Node: n.name, Backend: n.backend.Name()}
+	h := health{Status: "ok", Node: n.name, Backend: n.backend.Name(), BackstopViolations: n.BackstopViolations()}
 	status := http.StatusOK
 	if err := n.backend.Ping(ctx); err != nil {
 		n.log.WarnContext(ctx, "health check: the database does not answer", "error", err)
@@ -189,7 +212,7 @@ func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.R
 // rejectionStatus is the HTTP status of a rejection code.
 func rejectionStatus(code string) int {
 	switch code {
-	case middleware.CodeAlreadyTaken, CodeNotOpen:
+	case middleware.CodeAlreadyTaken, CodeNotOpen, CodeConflictingReplay:
 		return http.StatusConflict
 	case middleware.CodeInvalid, CodeInsufficientFunds:
 		return http.StatusUnprocessableEntity

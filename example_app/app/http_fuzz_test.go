@@ -14,7 +14,7 @@ import (
 // The fuzz targets send what a client could to every decoder of the API:
 // each body route, the path ids, the staff query. Whatever comes in, the
 // answer is JSON, never a 5xx, and never tells of the implementation. Run
-// one with go test -run '^$' -fuzz '^FuzzStaffBody$' -fuzztime 1m ./example_app/app/.
+// one with make fuzz, or go test -run '^$' -fuzz '^FuzzStaffBody$' -fuzztime 1m ./example_app/app/.
 
 // fuzzAPI is the API of a node on a fresh SQLite database, with seed's data.
 func fuzzAPI(f *testing.F) http.Handler {
@@ -104,7 +104,7 @@ func FuzzGuessBody(f *testing.F) {
 }
 
 // FuzzPathID puts an arbitrary id, every byte percent-encoded, in the path
-// of every route that takes one.
+// of every route that takes one, and in the staff query.
 func FuzzPathID(f *testing.F) {
 	for _, s := range []string{"alice", "t-1", "l-1", "s-1", "\x00", "\xff", "\xc3\x28", "a/b", "a b", "..", ".", "",
 		"%", "%00", "a\nb", strings.Repeat("x", 200), "é", "\u2028", "ann@x.org", " Ann@X.org "} {
@@ -123,6 +123,8 @@ func FuzzPathID(f *testing.F) {
 			{"POST", "/transfers/" + e + "/approve", ""},
 			{"POST", "/transfers/" + e + "/cancel", ""},
 			{"POST", "/lobbies/" + e + "/guesses", `{"word":"stone"}`},
+			{"GET", "/staff/" + e, ""},
+			{"GET", "/staff?email=" + e, ""},
 		} {
 			req := httptest.NewRequest(target.method, target.path, strings.NewReader(target.body))
 			rec := httptest.NewRecorder()

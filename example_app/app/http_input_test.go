@@ -102,6 +102,16 @@ var badInputs = []badInput{
 	{"cancel id NUL", "POST", "/transfers/%00/cancel", "", 400, "bad_request", ""},
 	{"guess lobby id NUL", "POST", "/lobbies/%00/guesses", `{"word":"apple"}`, 400, "bad_request", ""},
 	{"guess lobby id not UTF-8", "POST", "/lobbies/%FF/guesses", `{"word":"apple"}`, 400, "bad_request", ""},
+	{"staff id NUL", "GET", "/staff/%00", "", 400, "bad_request", ""},
+	{"staff id not UTF-8", "GET", "/staff/%FF", "", 400, "bad_request", ""},
+
+	// The staff query.
+	{"staff query no email", "GET", "/staff", "", 400, "bad_request", ""},
+	{"staff query not an address", "GET", "/staff?email=nope", "", 400, "bad_request", ""},
+	{"staff query NUL", "GET", "/staff?email=a%00@x.org", "", 400, "bad_request", ""},
+	{"staff query not UTF-8", "GET", "/staff?email=%FF@x.org", "", 400, "bad_request", ""},
+	{"staff query twice", "GET", "/staff?email=a@x.org&email=b@x.org", "", 400, "bad_request", ""},
+	{"staff query unknown parameter", "GET", "/staff?email=a@x.org&name=A", "", 400, "bad_request", ""},
 
 	// Routes.
 	{"no such route", "GET", "/nope", "", 404, "not_found", ""},

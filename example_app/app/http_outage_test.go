@@ -26,6 +26,8 @@ type route struct {
 var routes = []route{
 	{"GET", "/healthz", "", 200},
 	{"POST", "/staff", `{"staff_id":"s-1","email":"ann@x.org","name":"Ann"}`, 201},
+	{"GET", "/staff/s-1", "", 200},
+	{"GET", "/staff?email=ann@x.org", "", 200},
 	{"POST", "/wallets", `{"wallet_id":"carl","currency":"EUR","balance":0}`, 201},
 	{"GET", "/wallets/alice", "", 200},
 	{"POST", "/transfers", `{"transfer_id":"t-2","from_wallet_id":"alice","to_wallet_id":"bob","amount":5,"currency":"EUR"}`, 201},
@@ -81,7 +83,7 @@ func TestOutage(t *testing.T) {
 				require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.raw)
 				if rt.path == "/healthz" {
 					require.Equal(t, "unavailable", r.body["status"], "%s", r.raw)
-					require.ElementsMatch(t, []string{"status", "node", "backend"}, keys(r.body), "%s", r.raw)
+					require.ElementsMatch(t, []string{"status", "node", "backend", "backstop_violations"}, keys(r.body), "%s", r.raw)
 					return
 				}
 				require.Equal(t, "unavailable", r.body["code"], "%s", r.raw)
@@ -107,6 +109,7 @@ func TestOutage(t *testing.T) {
 			})
 			require.Equal(t, rt.ok, r.status, "%s: %s", what, r.raw)
 		}
+		requireNoBackstop(t, base)
 	}
 }
 

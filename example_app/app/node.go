@@ -91,6 +91,7 @@ type Node struct {
 	log            *slog.Logger
 	requestTimeout time.Duration
 	backstops      atomic.Int64
+	staffBackstops atomic.Int64
 }
 
 // New creates the schema when it is missing, builds the node's bus and
@@ -175,6 +176,12 @@ func (n *Node) Backend() Backend { return n.backend }
 // non-zero count is a bug worth a look.
 func (n *Node) Backstops() int64 { return n.backstops.Load() }
 
+// BackstopViolations returns how many times the unique index of the staff
+// table refused a member whose address the claims let through: the
+// number /healthz reports as backstop_violations. It must stay 0; each
+// one is also logged, and counted in Backstops.
+func (n *Node) BackstopViolations() int64 { return n.staffBackstops.Load() }
+
 // logUnavailable logs, as a warning with its cause, a command that failed
 // because the database or the lock store could not be reached: its
 // rejection crosses the bus without the cause, so this node, which saw
@@ -193,15 +200,12 @@ func (n *Node) backstop(ctx context.Context, what string, err error) {
 
 // CreateStaff sends c through the bus and returns the member created, or a
 // rejection: already_taken naming "email" or "staff_id", invalid naming
-// the field.
+// the field. A sign-up sent again with the same staff_id and address (a
+// replay, or a redelivery of one whose first run committed) returns the
+// member as stored, or, when its name differs, a conflicting_replay
+// rejection (ErrConflictingReplay) that changes nothing.
 func (n *Node) CreateStaff(ctx context.Context, c *commands.CreateStaff) (Staff, error) {
-	s, err := bus.Dispatch[Staff](ctx, n.bus, c)
-	if err == nil && s.StaffID == "" {
-		// A redelivered command whose first run committed is done without
-		// running its handler again (uniqueness.AlreadyDone): it has no
-		// result, and the member is the one the command describes.
-		s = newStaff(c)
-	}
+	s, _, err := n.signUp(ctx, c)
 	return s, err
 }
 
