@@ -187,6 +187,11 @@ func TestConfigValidate(t *testing.T) {
 	for _, want := range []string{"Config.Bus.Middleware", "Config.ClaimTimeout", "Config.RequestTimeout"} {
 		require.ErrorContains(t, err, want)
 	}
+	err = app.Config{ClaimTimeout: 15 * time.Second}.Validate()
+	require.ErrorContains(t, err, "Config.ClaimTimeout (15s) is over half the request timeout (20s)")
+	err = app.Config{ClaimTimeout: 2 * time.Second, RequestTimeout: 3 * time.Second}.Validate()
+	require.ErrorContains(t, err, "Config.ClaimTimeout (2s) is over half the request timeout (3s)")
+	require.NotContains(t, app.Config{ClaimTimeout: 10 * time.Second}.Validate().Error(), "ClaimTimeout")
 	_, err = app.New(context.Background(), app.Config{})
 	require.ErrorIs(t, err, app.ErrNilBackend)
 	require.ErrorContains(t, app.Migrate(context.Background(), nil), "nil Backend")

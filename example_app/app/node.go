@@ -28,9 +28,26 @@ const (
 	NamespaceNode = "example.node"
 )
 
-// DefaultRequestTimeout bounds one command sent through the HTTP API when
+// DefaultRequestTimeout bounds one request of the HTTP API when
 // Config.RequestTimeout is zero.
 const DefaultRequestTimeout = 20 * time.Second
+
+// DefaultClaimTimeout bounds the wait for the claim on a staff email when
+// Config.ClaimTimeout is zero, unless a quarter of the request timeout is
+// shorter: the wait ends well before the request does, and the sign-up is
+// answered with a timeout rejection that says to try again, instead of the
+// request running out.
+const DefaultClaimTimeout = 5 * time.Second
+
+// claimTimeout is the claim wait of c.
+func (c Config) claimTimeout() time.Duration {
+	return cmp.Or(c.ClaimTimeout, min(DefaultClaimTimeout, c.requestTimeout()/4))
+}
+
+// requestTimeout is the request timeout of c.
+func (c Config) requestTimeout() time.Duration {
+	return cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+}
 
 // Config configures a Node.
 type Config struct {
@@ -55,11 +72,16 @@ type Config struct {
 	// name with Logger.With when several nodes log to one place. Default:
 	// discard.
 	Logger *slog.Logger
-	// ClaimTimeout bounds the wait for the claim on a staff email. Default
-	// uniqueness.DefaultClaimTimeout.
+	// ClaimTimeout bounds the wait for the claim on a staff email, behind
+	// another sign-up of the same address; past it the sign-up is rejected
+	// as timeout (504), try again. At most half of RequestTimeout. Default
+	// DefaultClaimTimeout, or a quarter of RequestTimeout when that is
+	// shorter.
 	ClaimTimeout time.Duration
-	// RequestTimeout bounds each command sent through the HTTP API.
-	// Default DefaultRequestTimeout.
+	// RequestTimeout bounds each request of the HTTP API; past it the
+	// request is answered 504, and its command, if its handler has not
+	// started, is not applied (see bus.Dispatch). Default
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }
 
@@ -77,6 +99,10 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("app: Config.RequestTimeout is negative (%v)", c.RequestTimeout))
+	}
+	if c.ClaimTimeout > 0 && c.RequestTimeout >= 0 && c.ClaimTimeout > c.requestTimeout()/2 {
+		errs = append(errs, fmt.Errorf("app: Config.ClaimTimeout (%v) is over half the request timeout (%v): a sign-up waiting for its claim would run out of time before it is answered",
+			c.ClaimTimeout, c.requestTimeout()))
 	}
 	return errors.Join(errs...)
 }
@@ -105,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		backend:        cfg.Backend,
 		name:           cmp.Or(cfg.Name, "node"),
 		log:            cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		requestTimeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
+		requestTimeout: cfg.requestTimeout(),
 	}
 	if err := Migrate(ctx, n.backend); err != nil {
 		return nil, err
@@ -113,7 +139,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker:       n.backend.Locker(),
-		ClaimTimeout: cfg.ClaimTimeout,
+		ClaimTimeout: cfg.claimTimeout(),
 		Rules: []uniqueness.Rule{
 			uniqueness.Field("email", NamespaceStaffEmail,
 				func(c *commands.CreateStaff) string { return c.Email },
