@@ -2,7 +2,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 BENCH ?= .
 PKG ?= ./...
 
-.PHONY: help test test/race bench lint tidy ci
+.PHONY: help test test/race bench fuzz lint tidy ci
 
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-12s %s\n", $$1, $$2}'
@@ -15,6 +15,16 @@ test/race: ## Run the tests under the race detector, as CI does.
 
 bench: ## Run the benchmarks five times each (BENCH=regexp PKG=./lockstore/...).
 	go test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKG)
+
+FUZZ_PKG ?= ./example_app/app/
+FUZZ_TARGETS ?= FuzzStaffBody FuzzWalletBody FuzzTransferBody FuzzCancelBody FuzzLobbyBody FuzzGuessBody FuzzPathID
+FUZZTIME ?= 1m
+
+fuzz: ## Run each fuzz target of the HTTP API for FUZZTIME (default 1m, FUZZ_TARGETS to pick); not in CI.
+	@set -e; for target in $(FUZZ_TARGETS); do \
+		echo "fuzz $$target for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZ_PKG); \
+	done
 
 lint: ## Run golangci-lint.
 	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...

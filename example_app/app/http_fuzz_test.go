@@ -39,8 +39,9 @@ func fuzzAPI(f *testing.F) http.Handler {
 	return node.Handler()
 }
 
-// requireSafeAnswer fails t unless rec holds a JSON answer below 500 that
-// tells nothing of the implementation.
+// requireSafeAnswer fails t unless rec holds a JSON answer below 500 and,
+// when it is a failure, one that tells nothing of the implementation (a
+// success echoes the data stored, which may look like anything).
 func requireSafeAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 	t.Helper()
 	if rec.Code >= 500 {
@@ -52,7 +53,9 @@ func requireSafeAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string
 	if !json.Valid(rec.Body.Bytes()) {
 		t.Fatalf("%s: not JSON: %q", what, rec.Body.Bytes())
 	}
-	requireNoInternals(t, rec.Body.Bytes(), what)
+	if rec.Code >= 400 {
+		requireNoInternals(t, rec.Body.Bytes(), what)
+	}
 }
 
 // fuzzBody fuzzes the body of method path: the seeds are the bodies of
