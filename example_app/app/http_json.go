@@ -130,7 +130,7 @@ func setField(f reflect.Value, key string, val json.RawMessage) error {
 	case reflect.Int64:
 		n, err := strconv.ParseInt(string(val), 10, 64)
 		if err != nil {
-			return badBody(key, "field %q must be an integer (from %d to %d), in minor units", key, int64(-1<<63), int64(1<<63-1))
+			return badBody(key, "field %q must be a whole number, in minor units such as cents", key)
 		}
 		f.SetInt(n)
 	case reflect.Slice: // of strings
