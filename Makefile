@@ -2,7 +2,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 BENCH ?= .
 PKG ?= ./...
 
-.PHONY: help test test/race bench bench-held faults lint tidy ci
+.PHONY: help test test/race bench bench-held faults fuzz lint tidy ci
 
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,16 @@ bench-held: ## TryLock+Release with 0, 1k and 10k locks held, and the time to ta
 
 faults: ## The lock-store fault suite, five times over, with its figures (the long form of what CI runs once).
 	go test -race -count 5 -v -run 'TestFault|TestTokensRiseAcrossCrashRestarts|TestKeysFreeAfterBlackHoleHeals|TestReleaseInSilence|TestServerLockTableFull|TestMaxHeld|TestKilledNode|TestTerminated|TestSilentServer' ./lockstore/postgres/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|window|gave|free|took'
+
+FUZZ_PKG ?= ./example_app/app/
+FUZZ_TARGETS ?= FuzzStaffBody FuzzWalletBody FuzzTransferBody FuzzCancelBody FuzzLobbyBody FuzzGuessBody FuzzPathID
+FUZZTIME ?= 1m
+
+fuzz: ## Run each fuzz target of the HTTP API for FUZZTIME (default 1m, FUZZ_TARGETS to pick); not in CI.
+	@set -e; for target in $(FUZZ_TARGETS); do \
+		echo "fuzz $$target for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZ_PKG); \
+	done
 
 lint: ## Run golangci-lint.
 	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...

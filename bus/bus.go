@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,7 +62,7 @@ func New(cfg Config) (*Bus, error) {
 	}
 	cfg = cfg.withDefaults()
 	runner, err := middleware.NewRunner(middleware.RunnerConfig{
-		Middleware:     cfg.Middleware,
+		Middleware:     append(slices.Clip(cfg.Middleware), senderGone{}),
 		ReleaseTimeout: cfg.ReleaseTimeout,
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -24,7 +25,14 @@ import (
 //
 // When ctx ends first, Dispatch returns a *TimeoutError naming the command
 // id, matching ctx's error and middleware.ErrTimeout, and leaves nothing
-// pending: a late reply is dropped. The command may still be handled.
+// pending: a late reply is dropped. A command whose handler has not started
+// by then never starts it: ctx's deadline travels with the command
+// (MetadataDeadline), the middleware's BeforeDispatch hooks get a context
+// that ends at it (so a claim or lock wait ends with it), and the runner
+// skips the handler once it has passed; in process, ctx's cancellation
+// does the same. A handler that has started runs to its end, and its
+// outcome, if late, is dropped. Over a transport the deadline is read by
+// the clock of the node that handles the command.
 //
 // Dispatch fails with ErrNotStarted before Start, ErrClosed after Close,
 // and, on an in-process bus, ErrNoHandler for a command without a handler
@@ -49,12 +57,15 @@ func (b *Bus) dispatch(ctx context.Context, cmd any) (r reply, id, name string, 
 	if err := ctx.Err(); err != nil {
 		return reply{}, id, name, timeoutError(ctx, id, name)
 	}
+	if d, ok := ctx.Deadline(); ok {
+		msg.Metadata.Set(MetadataDeadline, d.UTC().Format(time.RFC3339Nano))
+	}
 	ch, err := b.waiters.add(id)
 	if err != nil {
 		return reply{}, id, name, err
 	}
 	if b.local {
-		err = b.handleLocal(ctx, msg, name, func(r reply) { b.waiters.deliver(id, r) })
+		err = b.handleLocal(ctx, msg, name, ctx, func(r reply) { b.waiters.deliver(id, r) })
 	} else {
 		msg.Metadata.Set(MetadataReplyTo, b.replyTopic)
 		err = b.publish(ctx, msg, name)
@@ -79,7 +90,7 @@ func (b *Bus) Send(ctx context.Context, cmd any) error {
 		return err
 	}
 	if b.local {
-		return b.handleLocal(ctx, msg, name, nil)
+		return b.handleLocal(ctx, msg, name, nil, nil)
 	}
 	return b.publish(ctx, msg, name)
 }
@@ -128,14 +139,16 @@ func (b *Bus) publish(ctx context.Context, msg *message.Message, name string) er
 }
 
 // handleLocal runs msg through its handler on a worker of the bus, and
-// gives its reply to done, if any. It returns once a worker took it.
-func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string, done func(reply)) error {
+// gives its reply to done, if any. It returns once a worker took it, or
+// ctx ended first. sender, when not nil, is the context of the Dispatch
+// waiting for the outcome: once it ends, the handler no longer starts.
+func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string, sender context.Context, done func(reply)) error {
 	if err := b.begin(); err != nil {
 		return err
 	}
 	job := func() {
 		defer b.inflight.Done()
-		b.processThen(msg, func(r reply, poison string) {
+		b.processThen(msg, sender, func(r reply, poison string) {
 			if done != nil {
 				done(r)
 				return
@@ -178,7 +191,7 @@ func (b *Bus) receiveCommands(ch <-chan *message.Message) {
 
 // handleMessage handles a command from a subscription, replies, then acks.
 func (b *Bus) handleMessage(msg *message.Message) {
-	b.processThen(msg, func(r reply, poison string) {
+	b.processThen(msg, nil, func(r reply, poison string) {
 		if replyTo := msg.Metadata.Get(MetadataReplyTo); replyTo != "" {
 			b.sendReply(msg, replyTo, r)
 		} else {
@@ -188,9 +201,10 @@ func (b *Bus) handleMessage(msg *message.Message) {
 	})
 }
 
-// processThen processes msg and hands its reply to deliver, also when the
-// handler ends the goroutine with runtime.Goexit: deliver is deferred.
-func (b *Bus) processThen(msg *message.Message, deliver func(r reply, poison string)) {
+// processThen processes msg (see process for sender) and hands its reply
+// to deliver, also when the handler ends the goroutine with
+// runtime.Goexit: deliver is deferred.
+func (b *Bus) processThen(msg *message.Message, sender context.Context, deliver func(r reply, poison string)) {
 	var r reply
 	var poison string
 	processed := false
@@ -200,7 +214,7 @@ func (b *Bus) processThen(msg *message.Message, deliver func(r reply, poison str
 		}
 		deliver(r, poison)
 	}()
-	r, poison = b.process(msg)
+	r, poison = b.process(msg, sender)
 	processed = true
 }
 

@@ -30,7 +30,10 @@
 //
 // A Dispatch whose ctx ends returns a *TimeoutError naming the command id;
 // it matches ctx's error and middleware.ErrTimeout. Nothing stays pending:
-// the reply, if it comes, is dropped.
+// the reply, if it comes, is dropped. Nor is the command applied later if
+// its handler had not started: ctx's deadline travels with the command
+// (MetadataDeadline), and a handler does not start past it (nor, in
+// process, once ctx is cancelled). A Send's ctx bounds the hand-over only.
 //
 // # Ids
 //

@@ -74,8 +74,10 @@ func Handle[C, R any](b *Bus, h func(ctx context.Context, cmd *C) (R, error)) er
 
 // process decodes msg, runs it through the middleware and its handler, and
 // returns its reply. An unknown name or an undecodable payload is an
-// invalid rejection, with poison set to the reason.
-func (b *Bus) process(msg *message.Message) (r reply, poison string) {
+// invalid rejection, with poison set to the reason. sender, when not nil,
+// is the context of the Dispatch in this process that waits for the
+// outcome (see hookContext).
+func (b *Bus) process(msg *message.Message, sender context.Context) (r reply, poison string) {
 	name := b.cfg.Marshaler.NameFromMessage(msg)
 	e := b.handlers[name]
 	if e == nil {
@@ -90,7 +92,9 @@ func (b *Bus) process(msg *message.Message) (r reply, poison string) {
 
 	p := middleware.NewMessagePipeline(msg, cmd, name)
 	p.SetContext(b.runCtx) // the run's, not the message's
-	res, err := b.runner.Run(b.runCtx, p, e.call)
+	ctx, stop := b.hookContext(msg, sender)
+	defer stop()
+	res, err := b.runner.Run(ctx, p, e.call)
 	return encodeReply(name, res, err), ""
 }
 

@@ -25,6 +25,11 @@ const (
 	// MetadataError, on a reply message, is the command's error as
 	// middleware.MarshalError encodes it; absent on success.
 	MetadataError = "claimbus_error"
+	// MetadataDeadline, on a command message from Dispatch whose ctx has a
+	// deadline, is that deadline (RFC 3339 with nanoseconds, UTC): the
+	// bus that handles the command does not start its handler after it
+	// (see Dispatch). Send sets none: nobody waits for its outcome.
+	MetadataDeadline = "claimbus_deadline"
 	// MetadataPoisonReason, on a message sent to Config.PoisonTopic, says
 	// why it could not be handled (the key of Watermill's PoisonQueue).
 	MetadataPoisonReason = "reason_poisoned"

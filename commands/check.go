@@ -43,13 +43,47 @@ func checkText(field, s string, limit int, required bool) *FieldError {
 	return nil
 }
 
-// checkID checks a required id.
+// CheckID reports, as a *FieldError for field, a value that is not an id
+// as every command takes them: 1 to MaxIDLen bytes of UTF-8, without white
+// space, control characters or "/" (an id is one segment of a URL path,
+// such as /wallets/{id}). The HTTP API checks the ids of set-up data and
+// of paths with it, so that they are held to the commands' rule.
+func CheckID(field, id string) error {
+	if err := checkID(field, id); err != nil {
+		return err
+	}
+	return nil
+}
+
 func checkID(field, id string) *FieldError {
 	if err := checkText(field, id, MaxIDLen, true); err != nil {
 		return err
 	}
-	if strings.IndexFunc(id, unicode.IsSpace) >= 0 {
+	switch {
+	case strings.IndexFunc(id, unicode.IsSpace) >= 0:
 		return fieldErr(field, "contains white space")
+	case strings.ContainsRune(id, '/'):
+		return fieldErr(field, "contains a /")
+	}
+	return nil
+}
+
+// CheckWord reports, as a *FieldError for field, a value that is not a
+// word of the lobby game: 1 to MaxWordLen bytes of letters (surrounding
+// white space is ignored).
+func CheckWord(field, word string) error {
+	if err := checkWord(field, word); err != nil {
+		return err
+	}
+	return nil
+}
+
+func checkWord(field, word string) *FieldError {
+	if err := checkText(field, word, MaxWordLen, true); err != nil {
+		return err
+	}
+	if strings.IndexFunc(strings.TrimSpace(word), func(r rune) bool { return !unicode.IsLetter(r) }) >= 0 {
+		return fieldErr(field, "must be letters only")
 	}
 	return nil
 }

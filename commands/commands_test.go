@@ -40,6 +40,10 @@ func TestValidate(t *testing.T) {
 		{"staff no id", staff(func(c *commands.CreateStaff) { c.StaffID = "" }), "staff_id"},
 		{"staff blank id", staff(func(c *commands.CreateStaff) { c.StaffID = "  " }), "staff_id"},
 		{"staff id with space", staff(func(c *commands.CreateStaff) { c.StaffID = "s 1" }), "staff_id"},
+		{"staff id with a slash", staff(func(c *commands.CreateStaff) { c.StaffID = "s/1" }), "staff_id"},
+		{"staff id with NUL", staff(func(c *commands.CreateStaff) { c.StaffID = "s\x001" }), "staff_id"},
+		{"staff id not UTF-8", staff(func(c *commands.CreateStaff) { c.StaffID = "s\xff" }), "staff_id"},
+		{"staff name with NUL", staff(func(c *commands.CreateStaff) { c.Name = "Ann\x00" }), "name"},
 		{"staff id too long", staff(func(c *commands.CreateStaff) { c.StaffID = long(commands.MaxIDLen + 1) }), "staff_id"},
 		{"staff no email", staff(func(c *commands.CreateStaff) { c.Email = "" }), "email"},
 		{"staff email without @", staff(func(c *commands.CreateStaff) { c.Email = "ann.x.org" }), "email"},
@@ -68,6 +72,12 @@ func TestValidate(t *testing.T) {
 		{"open amount over limit", open(func(c *commands.OpenTransfer) { c.Amount = commands.MaxAmount + 1 }), "amount"},
 		{"open no currency", open(func(c *commands.OpenTransfer) { c.Currency = "" }), "currency"},
 		{"open lower-case currency", open(func(c *commands.OpenTransfer) { c.Currency = "eur" }), "currency"},
+		{"open currency not ISO 4217", open(func(c *commands.OpenTransfer) { c.Currency = "ABC" }), "currency"},
+		{"open currency a fund code", open(func(c *commands.OpenTransfer) { c.Currency = "XAU" }), "currency"},
+		{"open currency NUL", open(func(c *commands.OpenTransfer) { c.Currency = "EU\x00" }), "currency"},
+		{"open currency yen", open(func(c *commands.OpenTransfer) { c.Currency = "JPY" }), ""},
+		{"open currency Caribbean guilder", open(func(c *commands.OpenTransfer) { c.Currency = "XCG" }), ""},
+		{"open wallet id with a slash", open(func(c *commands.OpenTransfer) { c.FromWalletID = "w/1" }), "from_wallet_id"},
 		{"open long currency", open(func(c *commands.OpenTransfer) { c.Currency = "EURO" }), "currency"},
 
 		{"approve valid", &commands.ApproveTransfer{TransferID: "t-1"}, ""},
@@ -82,6 +92,9 @@ func TestValidate(t *testing.T) {
 		{"guess no word", &commands.GuessWord{LobbyID: "l-1"}, "word"},
 		{"guess two words", &commands.GuessWord{LobbyID: "l-1", Word: "apple pie"}, "word"},
 		{"guess digits", &commands.GuessWord{LobbyID: "l-1", Word: "r2d2"}, "word"},
+		{"guess lobby id with a slash", &commands.GuessWord{LobbyID: "l/1", Word: "apple"}, "lobby_id"},
+		{"guess NUL in word", &commands.GuessWord{LobbyID: "l-1", Word: "ap\x00ple"}, "word"},
+		{"cancel NUL in reason", &commands.CancelTransfer{TransferID: "t-1", Reason: "no\x00"}, "reason"},
 		{"guess too long", &commands.GuessWord{LobbyID: "l-1", Word: long(commands.MaxWordLen + 1)}, "word"},
 	}
 	for _, tt := range tests {
@@ -140,4 +153,54 @@ func FuzzCheckEmail(f *testing.F) {
 		require.Less(t, at, len(trimmed)-1)
 		require.NoError(t, commands.CheckEmail("email", trimmed), "trimming keeps an address valid")
 	})
+}
+
+// The one-value checks hold a value to the rule of the commands' fields,
+// and report a *FieldError naming the field given.
+func TestChecks(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		check func(field, v string) error
+		value string
+		ok    bool
+	}{
+		{"id", commands.CheckID, "w-1", true},
+		{"id unicode", commands.CheckID, "wallet-é", true},
+		{"id empty", commands.CheckID, "", false},
+		{"id NUL", commands.CheckID, "w\x00", false},
+		{"id escape", commands.CheckID, "w\x1b[0m", false},
+		{"id not UTF-8", commands.CheckID, "w\xff", false},
+		{"id slash", commands.CheckID, "a/b", false},
+		{"id space", commands.CheckID, "a b", false},
+		{"id no-break space", commands.CheckID, "a\u00a0b", false},
+		{"id too long", commands.CheckID, strings.Repeat("x", commands.MaxIDLen+1), false},
+		{"currency", commands.CheckCurrency, "EUR", true},
+		{"currency lower case", commands.CheckCurrency, "eur", false},
+		{"currency unknown", commands.CheckCurrency, "ABC", false},
+		{"currency withdrawn", commands.CheckCurrency, "HRK", false},
+		{"currency test code", commands.CheckCurrency, "XTS", false},
+		{"currency NUL", commands.CheckCurrency, "\x00EU", false},
+		{"word", commands.CheckWord, " Éclair ", true},
+		{"word digit", commands.CheckWord, "r2d2", false},
+		{"word NUL", commands.CheckWord, "ap\x00ple", false},
+		{"word blank", commands.CheckWord, " ", false},
+	}
+	for _, tt := range tests {
+		err := tt.check("f", tt.value)
+		if tt.ok {
+			require.NoError(t, err, tt.name)
+			continue
+		}
+		var fe *commands.FieldError
+		require.ErrorAs(t, err, &fe, tt.name)
+		require.Equal(t, "f", fe.Field(), tt.name)
+	}
+	require.NoError(t, commands.CheckID("f", "x"), "a valid value is a nil error, not a typed nil")
+	for _, c := range []string{"EUR", "USD", "JPY", "GBP", "CHF", "XCG", "ZWG", "SLE", "VES"} {
+		require.True(t, commands.IsCurrency(c), c)
+	}
+	for _, c := range []string{"", "eur", "EURO", "XXX", "XAU", "BOV", "ANG", "BGN", "CUC", "SLL", "ZWL"} {
+		require.False(t, commands.IsCurrency(c), c)
+	}
 }

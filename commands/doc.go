@@ -15,15 +15,25 @@
 // Sizes are in bytes of UTF-8 and apply after surrounding white space is
 // trimmed:
 //
-//   - ids (StaffID, TransferID, wallet and lobby ids): 1 to MaxIDLen;
+//   - ids (StaffID, TransferID, wallet and lobby ids): 1 to MaxIDLen, no
+//     white space, no control characters, no "/" (an id is one segment of
+//     a URL path);
 //   - Email: 3 to MaxEmailLen (RFC 5321's limit on a path), one address
 //     as net/mail parses it, no display name, no angle brackets, no
 //     comments;
 //   - Name: 1 to MaxNameLen, no control characters;
-//   - Currency: three upper-case ASCII letters (ISO 4217 alphabetic code);
+//   - Currency: the ISO 4217 alphabetic code of a currency in use, in
+//     upper case, such as EUR (IsCurrency; fund codes, metals and
+//     withdrawn codes are refused);
 //   - Amount: in minor units (cents), 1 to MaxAmount;
 //   - Reason (CancelTransfer): 0 to MaxReasonLen, no control characters;
 //   - Word (GuessWord): 1 to MaxWordLen, letters only.
+//
+// Every text field is valid UTF-8 without control characters (a NUL byte
+// included, which PostgreSQL cannot store): a command that passes
+// Validate can be written to either database. CheckID, CheckCurrency,
+// CheckWord and CheckEmail check one value by the same rules, for values
+// that arrive outside a command (set-up data, URL paths, queries).
 //
 // Values are validated, not changed: the handler stores the normalised
 // form (for an email, trimmed and lower-cased, as uniqueness.NormalizeEmail

@@ -64,8 +64,15 @@ func checkAmount(field string, amount int64) *FieldError {
 	return nil
 }
 
-// checkCurrency checks an ISO 4217 alphabetic code: three upper-case ASCII
-// letters.
+// CheckCurrency reports, as a *FieldError for field, a value that is not
+// a currency code of ISO 4217 (see Currencies).
+func CheckCurrency(field, code string) error {
+	if err := checkCurrency(field, code); err != nil {
+		return err
+	}
+	return nil
+}
+
 func checkCurrency(field, code string) *FieldError {
 	if len(code) != 3 {
 		return fieldErr(field, "must be a three-letter ISO 4217 code, such as EUR")
@@ -74,6 +81,9 @@ func checkCurrency(field, code string) *FieldError {
 		if code[i] < 'A' || code[i] > 'Z' {
 			return fieldErr(field, "must be a three-letter ISO 4217 code in upper case, such as EUR")
 		}
+	}
+	if !IsCurrency(code) {
+		return fieldErr(field, "is not the ISO 4217 code of a currency")
 	}
 	return nil
 }

@@ -74,7 +74,7 @@ func TestRunUsage(t *testing.T) {
 		{args: []string{"bogus"}, code: 2, stderr: `unknown command "bogus"`},
 		{args: []string{"demo", "extra"}, code: 2, stderr: "the demo takes no arguments"},
 		{args: []string{"help"}, code: 0, stdout: "example_app serve [flags]"},
-		{args: []string{"serve", "-h"}, code: 0, stderr: "-test-hold-email"},
+		{args: []string{"serve", "-h"}, code: 0, stderr: "-transport"},
 		{args: []string{"serve", "-bogus"}, code: 2, stderr: "flag provided but not defined: -bogus"},
 	}
 	for _, tt := range tests {
@@ -83,6 +83,24 @@ func TestRunUsage(t *testing.T) {
 		require.Contains(t, stderr.String(), tt.stderr, tt.args)
 		require.Contains(t, stdout.String(), tt.stdout, tt.args)
 	}
+}
+
+// The fault tests' flag works under its name, and serve -h does not show
+// it.
+func TestServeHelpHidesTheTestFlag(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"serve", "-h"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "-node")
+	require.NotContains(t, stderr.String(), "test-hold-email")
+	require.NotContains(t, stderr.String(), "fault tests")
+
+	stdout.Reset()
+	stderr.Reset()
+	code := run(context.Background(), []string{"serve", "-node", "a", "-db", "", "-test-hold-email", "nope"}, &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "-test-hold-email: ", "the flag is parsed and checked")
+	require.NotContains(t, stderr.String(), "flag provided but not defined")
 }
 
 // Bad flags are all reported at once, each with what to do, before

@@ -95,6 +95,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.transport, "transport", "inprocess",
 		"how commands reach their handlers: inprocess (the node that receives a request handles it) or postgres (one queue per command in the database, shared by every node)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
+	// The fault tests' flag is parsed like the others, and left out of the
+	// help: it is not for people.
+	fs.Usage = usageWithout(fs, "test-hold-email")
 	fs.StringVar(&f.holdEmail, "test-hold-email", "",
 		"for fault tests only: a CreateStaff of this `email` waits, holding its claim, until the node stops")
 	if err := fs.Parse(args); err != nil {
@@ -120,6 +123,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "example_app: node %s stopped\n", f.node)
 	return 0
+}
+
+// usageWithout returns a usage function for fs that prints the defaults of
+// the flags registered so far, as fs.PrintDefaults does, but not the flag
+// hidden, whether or not it is registered yet.
+func usageWithout(fs *flag.FlagSet, hidden string) func() {
+	return func() {
+		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		shown.SetOutput(fs.Output())
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name != hidden {
+				shown.Var(f.Value, f.Name, f.Usage)
+				shown.Lookup(f.Name).DefValue = f.DefValue
+			}
+		})
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		shown.PrintDefaults()
+	}
 }
 
 // runServer runs one node until ctx ends, then shuts it down gracefully:

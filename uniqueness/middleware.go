@@ -200,7 +200,8 @@ type target struct {
 //   - a rejection matching middleware.ErrTimeout when the claims took
 //     longer than ClaimTimeout;
 //   - a rejection matching middleware.ErrUnavailable when a lookup or the
-//     lock store failed (the cause is wrapped beside it);
+//     lock store failed (the cause is wrapped beside it, and left out of
+//     the rejection's message, which crosses the wire);
 //   - a rejection matching middleware.ErrInvalid when a value is too long
 //     to be a lock key;
 //   - ctx's error when ctx ended.
@@ -278,7 +279,7 @@ func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets [
 			done, derr := t.rule.done(ctx, p.Command, t.key.ID)
 			if derr != nil {
 				p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, t.rule.field,
-					"cannot tell whether this command already took its %s", t.rule.field), derr))
+					"cannot tell whether this command already took its %s now, try again", t.rule.field), derr))
 				return
 			}
 			if done {
@@ -291,13 +292,13 @@ func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets [
 		p.Halt(fmt.Errorf("uniqueness: claim on field %s: %w", field, err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, lockstore.ErrTimeout):
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeTimeout, field,
-			"waited more than %v to claim %s", m.timeout, field), err))
+			"waited more than %v to claim %s: another command holds it, try again", m.timeout, field), err))
 	case errors.Is(err, lockstore.ErrInvalidKey):
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, field,
 			"%s cannot be claimed: too long or not UTF-8", field), err))
 	default:
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, field,
-			"cannot check that %s is unique now", field), err))
+			"cannot check that %s is unique now, try again", field), err))
 	}
 }
 

@@ -156,6 +156,8 @@ func TestLookupErrorIsUnavailableAndReleasesEverything(t *testing.T) {
 	var rej *middleware.Rejection
 	require.ErrorAs(t, err, &rej)
 	require.Equal(t, "username", rej.Field)
+	require.Equal(t, "cannot check that username is unique now, try again", rej.Message)
+	require.NotContains(t, err.Error(), "unreachable", "the lookup's error does not cross the wire")
 	require.Zero(t, runs.Load())
 	requireNothingHeld(t, store)
 }
@@ -422,6 +424,7 @@ func TestClaimTimeout(t *testing.T) {
 	var rej *middleware.Rejection
 	require.ErrorAs(t, err, &rej)
 	require.Equal(t, "email", rej.Field)
+	require.Equal(t, "waited more than 50ms to claim email: another command holds it, try again", rej.Message)
 
 	held, herr := store.Held(context.Background())
 	require.NoError(t, herr)

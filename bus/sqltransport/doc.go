@@ -54,4 +54,13 @@
 // commands of one topic one after the other, and several nodes share the
 // load. A message unacked after AckDeadline is handed out again: keep it
 // above the slowest handler.
+//
+// # Outages
+//
+// While the database cannot be reached, Publish (and so bus.Dispatch and
+// Bus.Send) fails at once with an error matching middleware.ErrUnavailable:
+// a rejection whose message says to try again and names no server, with
+// the driver's error wrapped beside it for logs. The subscriptions keep
+// retrying (RetryInterval) and resume on their own when the database is
+// back.
 package sqltransport

@@ -87,7 +87,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error
 
 // Publisher publishes commands and replies: an INSERT into the topic's
 // table (created on first use) that commits on its own, with the
-// message's context.
+// message's context. While the database cannot be reached, Publish fails
+// with an error matching middleware.ErrUnavailable (so a Dispatch does
+// too), whose rejection says to try again.
 func (t *Transport) Publisher() message.Publisher { return t.publisher }
 
 // Subscriber receives commands. Every node's subscriber of a topic takes
@@ -144,7 +146,10 @@ type publisher struct {
 }
 
 // Publish inserts messages into topic's table in one statement, with the
-// context of the first message.
+// context of the first message. When the database cannot be reached (a
+// failed connect, a dropped session, a server shutting down), the error
+// also matches middleware.ErrUnavailable, as a rejection whose message
+// names no server: the cause is wrapped beside it.
 func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.t.closed() {
 		return ErrClosed
@@ -154,9 +159,9 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 		ctx = msgs[0].Context()
 	}
 	if err := p.t.initTopic(ctx, topic); err != nil {
-		return err
+		return unavailable(ctx, err)
 	}
-	return p.inner.Publish(topic, msgs...)
+	return unavailable(ctx, p.inner.Publish(topic, msgs...))
 }
 
 // Close closes the publisher; the transport's Close does it too.

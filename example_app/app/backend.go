@@ -30,6 +30,16 @@ type Backend interface {
 	// isUniqueViolation reports whether err is a unique index refusing a
 	// row: the backstop under the claims.
 	isUniqueViolation(err error) bool
+	// isUnavailable reports whether err, from a statement run under ctx,
+	// means that the database cannot be reached now (it is down,
+	// restarting, dropped the session, refuses connections): an outage
+	// that a retry may get past, answered 503. A timeout of ctx's own is
+	// not one.
+	isUnavailable(ctx context.Context, err error) bool
+	// isBadValue reports whether err is the database refusing a value
+	// (bytes its encoding cannot hold, a value too long to index): the
+	// backstop under the validation, which keeps such values out.
+	isBadValue(err error) bool
 }
 
 // txFunc is the work of one transaction.

@@ -3,6 +3,9 @@ package app
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,6 +60,41 @@ func (b pgBackend) serialize(ctx context.Context, key lockstore.Key, fn txFunc) 
 func (pgBackend) isUniqueViolation(err error) bool {
 	var e *pgconn.PgError
 	return errors.As(err, &e) && e.Code == "23505"
+}
+
+// isUnavailable: a failed connect, a connection closed or reset, SQLSTATE
+// class 08 (connection exception), 57P01 to 57P03 (admin shutdown, crash
+// shutdown, cannot connect now), 53300 (too many connections), a lock
+// store that cannot reach the server, or a timeout that is not ctx's own
+// (a dial that hung).
+func (pgBackend) isUnavailable(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "53300":
+			return true
+		}
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr *net.OpError
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, lockstore.ErrClosed):
+		return true
+	case ctx.Err() == nil && (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)):
+		return true
+	}
+	return false
+}
+
+// isBadValue: SQLSTATE class 22 (data exception: a NUL byte, bytes that
+// are not UTF-8, a value out of range) and 54000 (a value too long for an
+// index).
+func (pgBackend) isBadValue(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && (strings.HasPrefix(e.Code, "22") || e.Code == "54000")
 }
 
 // pgQuerier is a querier on pgx: a pool or a transaction.

@@ -62,6 +62,27 @@ func (sqliteBackend) isUniqueViolation(err error) bool {
 		(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 }
 
+// isUnavailable: the database is busy past the busy timeout, locked, or
+// cannot be read or written (I/O error, disk full, cannot open), or the
+// handle or store was closed.
+func (sqliteBackend) isUnavailable(ctx context.Context, err error) bool {
+	var e *moderncsqlite.Error
+	if errors.As(err, &e) {
+		switch e.Code() & 0xff { // the primary result code
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN:
+			return true
+		}
+	}
+	return errors.Is(err, sql.ErrConnDone) || errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrClosed) ||
+		(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded))
+}
+
+// isBadValue: a value too big for SQLite.
+func (sqliteBackend) isBadValue(err error) bool {
+	var e *moderncsqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_TOOBIG
+}
+
 // sqlQuerier is a querier on database/sql: a *sql.DB or a *sql.Tx.
 type sqlQuerier struct {
 	q interface {

@@ -14,8 +14,11 @@
 //     in the staff table while holding the claim, and rejects a taken one
 //     as already_taken naming the field "email". The handler's insert
 //     commits before the claim is released; a unique index stays as the
-//     backstop (Node.Backstops counts the times it fired: never, while the
-//     claims work).
+//     backstop (Node.BackstopViolations counts the times it fired, as
+//     /healthz reports: never, while the claims work). A sign-up sent
+//     again with the same staff_id and address is a replay: answered 200
+//     with the member stored, or 409 conflicting_replay when its name
+//     differs.
 //   - Wallet transfers (wallet.go): OpenTransfer, ApproveTransfer and
 //     CancelTransfer go through the Lock middleware, one lock per transfer
 //     id: an approve and a cancel of one transfer never run together, the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -13,74 +12,105 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// maxBody bounds a request body.
-const maxBody = 64 << 10
+// healthTimeout bounds the database ping of /healthz.
+const healthTimeout = 2 * time.Second
 
 // Handler returns the node's HTTP API (JSON in, JSON out):
 //
-//	POST /staff                     {staff_id, email, name}            201 Staff
+//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay)
+//	GET  /staff/{id}                                                    200 Staff
+//	GET  /staff?email=X                                                 200 [Staff] (at most one)
 //	POST /wallets                   {wallet_id, currency, balance}      201 Wallet (set-up)
 //	GET  /wallets/{id}                                                  200 Wallet
 //	POST /transfers                 {transfer_id, from_wallet_id, ...}  201 Transfer
 //	GET  /transfers/{id}                                                200 Transfer
 //	POST /transfers/{id}/approve                                        200 Transfer
-//	POST /transfers/{id}/cancel     {reason}                            200 Transfer
+//	POST /transfers/{id}/cancel     {reason} (optional)                 200 Transfer
 //	POST /lobbies                   {lobby_id, words}                   201 Lobby (set-up)
 //	POST /lobbies/{id}/guesses      {word}                              200 Guess
-//	GET  /healthz                                                       200 {status, node, backend}
+//	GET  /healthz                                                       200 {status, node, backend, backstop_violations}
 //
-// A rejection is answered with its status and the rejection as JSON,
-// {"code": ..., "field": ..., "message": ...}: already_taken and not_open
-// 409, invalid and insufficient_funds 422, locked 423, not_found 404,
-// unavailable 503, timeout 504. A body that is not the JSON expected is
-// 400 with code "bad_request".
+// Every answer is JSON. A failure is {"code": ..., "field": ..., "message":
+// ...}, the field when one is at fault: already_taken, not_open and
+// conflicting_replay 409, invalid and insufficient_funds 422, locked 423,
+// not_found 404, unavailable 503 (with Retry-After), timeout 504; a
+// request the API does not understand is 400 bad_request (a body that is
+// not exactly one JSON object of the route's fields, in UTF-8; a path id
+// that is not an id; a bad query), 413 too_large, 404 not_found (no such
+// route, or a path that is not in canonical form: no redirects) or 405
+// method_not_allowed (with Allow). Bad input and outages are never a 5xx
+// other than 503, and no answer carries an internal error: those are
+// logged.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.healthz)
 	mux.HandleFunc("POST /staff", func(w http.ResponseWriter, r *http.Request) {
 		var c commands.CreateStaff
-		if decode(w, r, &c) {
-			n.answer(w, r, http.StatusCreated, func(ctx context.Context) (any, error) { return n.CreateStaff(ctx, &c) })
+		if !decodeBody(w, r, &c, false) {
+			return
+		}
+		n.answerFunc(w, r, func(ctx context.Context) (int, any, error) {
+			s, created, err := n.signUp(ctx, &c)
+			if created {
+				return http.StatusCreated, s, err
+			}
+			return http.StatusOK, s, err
+		})
+	})
+	mux.HandleFunc("GET /staff/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := pathID(w, r, "staff_id"); ok {
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.Staff(ctx, id) })
+		}
+	})
+	mux.HandleFunc("GET /staff", func(w http.ResponseWriter, r *http.Request) {
+		if email, ok := emailQuery(w, r); ok {
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.StaffByEmail(ctx, email) })
 		}
 	})
 	mux.HandleFunc("POST /wallets", func(w http.ResponseWriter, r *http.Request) {
 		var wl Wallet
-		if decode(w, r, &wl) {
+		if decodeBody(w, r, &wl, false) {
 			n.answer(w, r, http.StatusCreated, func(ctx context.Context) (any, error) { return wl, n.AddWallet(ctx, wl) })
 		}
 	})
 	mux.HandleFunc("GET /wallets/{id}", func(w http.ResponseWriter, r *http.Request) {
-		n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.Wallet(ctx, r.PathValue("id")) })
+		if id, ok := pathID(w, r, "wallet_id"); ok {
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.Wallet(ctx, id) })
+		}
 	})
 	mux.HandleFunc("POST /transfers", func(w http.ResponseWriter, r *http.Request) {
 		var c commands.OpenTransfer
-		if decode(w, r, &c) {
+		if decodeBody(w, r, &c, false) {
 			n.answer(w, r, http.StatusCreated, func(ctx context.Context) (any, error) { return n.OpenTransfer(ctx, &c) })
 		}
 	})
 	mux.HandleFunc("GET /transfers/{id}", func(w http.ResponseWriter, r *http.Request) {
-		n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.Transfer(ctx, r.PathValue("id")) })
+		if id, ok := pathID(w, r, "transfer_id"); ok {
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.Transfer(ctx, id) })
+		}
 	})
 	mux.HandleFunc("POST /transfers/{id}/approve", func(w http.ResponseWriter, r *http.Request) {
-		c := commands.ApproveTransfer{TransferID: r.PathValue("id")}
-		n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.ApproveTransfer(ctx, &c) })
+		if id, ok := pathID(w, r, "transfer_id"); ok {
+			c := commands.ApproveTransfer{TransferID: id}
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.ApproveTransfer(ctx, &c) })
+		}
 	})
 	mux.HandleFunc("POST /transfers/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		id, ok := pathID(w, r, "transfer_id")
 		var body struct {
 			Reason string `json:"reason"`
 		}
-		if r.ContentLength != 0 && !decode(w, r, &body) {
-			return
+		if ok && decodeBody(w, r, &body, true) {
+			c := commands.CancelTransfer{TransferID: id, Reason: body.Reason}
+			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.CancelTransfer(ctx, &c) })
 		}
-		c := commands.CancelTransfer{TransferID: r.PathValue("id"), Reason: body.Reason}
-		n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.CancelTransfer(ctx, &c) })
 	})
 	mux.HandleFunc("POST /lobbies", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			LobbyID string   `json:"lobby_id"`
 			Words   []string `json:"words"`
 		}
-		if decode(w, r, &body) {
+		if decodeBody(w, r, &body, false) {
 			n.answer(w, r, http.StatusCreated, func(ctx context.Context) (any, error) {
 				if err := n.AddLobby(ctx, body.LobbyID, body.Words); err != nil {
 					return nil, err
@@ -90,39 +120,67 @@ func (n *Node) Handler() http.Handler {
 		}
 	})
 	mux.HandleFunc("POST /lobbies/{id}/guesses", func(w http.ResponseWriter, r *http.Request) {
+		id, ok := pathID(w, r, "lobby_id")
 		var body struct {
 			Word string `json:"word"`
 		}
-		if decode(w, r, &body) {
-			c := commands.GuessWord{LobbyID: r.PathValue("id"), Word: body.Word}
+		if ok && decodeBody(w, r, &body, false) {
+			c := commands.GuessWord{LobbyID: id, Word: body.Word}
 			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.GuessWord(ctx, &c) })
 		}
 	})
-	return mux
+	return routes{mux: mux}
+}
+
+// health is the body of /healthz.
+type health struct {
+	// Status is "ok", or "unavailable" when the database does not answer.
+	Status  string `json:"status"`
+	Node    string `json:"node"`
+	Backend string `json:"backend"`
+	// BackstopViolations is Node.BackstopViolations: 0 while the claims
+	// work.
+	BackstopViolations int64 `json:"backstop_violations"`
 }
 
 func (n *Node) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	body := map[string]string{"status": "ok", "node": n.name, "backend": n.backend.Name()}
+	h := health{Status: "ok", Node: n.name, Backend: n.backend.Name(), BackstopViolations: n.BackstopViolations()}
 	status := http.StatusOK
 	if err := n.backend.Ping(ctx); err != nil {
-		body["status"], body["error"] = "unavailable", err.Error()
-		status = http.StatusServiceUnavailable
+		n.log.WarnContext(ctx, "health check: the database does not answer", "error", err)
+		h.Status, status = "unavailable", http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, status, body)
+	writeJSON(w, status, h)
 }
 
 // answer runs do within the request timeout and writes its result with
-// status ok, or its error with the status of its rejection.
+// status ok, or its error as answerError does.
 func (n *Node) answer(w http.ResponseWriter, r *http.Request, ok int, do func(ctx context.Context) (any, error)) {
+	n.answerFunc(w, r, func(ctx context.Context) (int, any, error) {
+		res, err := do(ctx)
+		return ok, res, err
+	})
+}
+
+// answerFunc is answer for a do that picks its own status.
+func (n *Node) answerFunc(w http.ResponseWriter, r *http.Request, do func(ctx context.Context) (int, any, error)) {
 	ctx, cancel := context.WithTimeout(r.Context(), n.requestTimeout)
 	defer cancel()
-	res, err := do(ctx)
-	if err == nil {
-		writeJSON(w, ok, res)
+	status, res, err := do(ctx)
+	if err != nil {
+		n.answerError(ctx, w, r, err)
 		return
 	}
+	writeJSON(w, status, res)
+}
+
+// answerError writes err, the failure of a request under ctx, with the
+// status of its rejection. An error that is no rejection is 500 internal,
+// logged: none of its words reach the client.
+func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
 	// A bus timeout is a rejection already (it matches
 	// middleware.ErrTimeout); the other ends of a request become one here,
 	// so that rejectionStatus alone picks the status.
@@ -130,21 +188,31 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, ok int, do func(ct
 	switch {
 	case errors.As(err, &rej):
 	case errors.Is(err, context.DeadlineExceeded):
-		rej = middleware.Reject(middleware.CodeTimeout, "", "no answer within %v", n.requestTimeout)
+		rej = middleware.Reject(middleware.CodeTimeout, "", "no answer within %v, try again", n.requestTimeout)
 	case errors.Is(err, bus.ErrClosed), errors.Is(err, context.Canceled):
-		rej = middleware.Reject(middleware.CodeUnavailable, "", "the node is shutting down")
+		rej = middleware.Reject(middleware.CodeUnavailable, "", "the node is shutting down, try again")
 	default:
 		n.log.ErrorContext(ctx, "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"code": "internal", "message": "internal error"})
+		writeError(w, http.StatusInternalServerError, CodeInternal, "", "internal error")
 		return
 	}
-	writeJSON(w, rejectionStatus(rej.Code), rej)
+	status := rejectionStatus(rej.Code)
+	if status == http.StatusServiceUnavailable {
+		// The node that hit the outage logs it: a rejection that came
+		// back over the bus as data (a bare *Rejection) was logged where
+		// it happened, with its cause.
+		if _, bare := err.(*middleware.Rejection); !bare {
+			n.log.WarnContext(ctx, "request failed: unavailable", "method", r.Method, "path", r.URL.Path, "error", err)
+		}
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, rej)
 }
 
 // rejectionStatus is the HTTP status of a rejection code.
 func rejectionStatus(code string) int {
 	switch code {
-	case middleware.CodeAlreadyTaken, CodeNotOpen:
+	case middleware.CodeAlreadyTaken, CodeNotOpen, CodeConflictingReplay:
 		return http.StatusConflict
 	case middleware.CodeInvalid, CodeInsufficientFunds:
 		return http.StatusUnprocessableEntity
@@ -160,20 +228,10 @@ func rejectionStatus(code string) int {
 	return http.StatusInternalServerError
 }
 
-// decode reads the JSON body into v; on failure it answers 400 and
-// returns false.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
-	}
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"code": "bad_request", "message": fmt.Sprintf("the body is not the JSON expected: %v", err)})
-		return false
-	}
-	return true
+// writeError writes a failure that is not a command's rejection, in the
+// same form.
+func writeError(w http.ResponseWriter, status int, code, field, message string) {
+	writeJSON(w, status, middleware.Rejection{Code: code, Field: field, Message: message})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -14,20 +14,20 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 	"github.com/claimbus/claimbus/middleware"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // sqliteNode starts a node configured by cfg on a fresh SQLite database
 // (its Backend), served by httptest.
-func sqliteNode(t *testing.T, cfg app.Config) (*app.Node, *sqlite.Store, string) {
+func sqliteNode(t testing.TB, cfg app.Config) (*app.Node, *sqlite.Store, string) {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "app.db"), 0))
@@ -187,6 +187,11 @@ func TestConfigValidate(t *testing.T) {
 	for _, want := range []string{"Config.Bus.Middleware", "Config.ClaimTimeout", "Config.RequestTimeout"} {
 		require.ErrorContains(t, err, want)
 	}
+	err = app.Config{ClaimTimeout: 15 * time.Second}.Validate()
+	require.ErrorContains(t, err, "Config.ClaimTimeout (15s) is over half the request timeout (20s)")
+	err = app.Config{ClaimTimeout: 2 * time.Second, RequestTimeout: 3 * time.Second}.Validate()
+	require.ErrorContains(t, err, "Config.ClaimTimeout (2s) is over half the request timeout (3s)")
+	require.NotContains(t, app.Config{ClaimTimeout: 10 * time.Second}.Validate().Error(), "ClaimTimeout")
 	_, err = app.New(context.Background(), app.Config{})
 	require.ErrorIs(t, err, app.ErrNilBackend)
 	require.ErrorContains(t, app.Migrate(context.Background(), nil), "nil Backend")

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
-	"unicode"
 
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/lockstore"
@@ -35,27 +34,31 @@ type Guess struct {
 // normalizeWord is the form words are stored and compared in.
 func normalizeWord(w string) string { return strings.ToLower(strings.TrimSpace(w)) }
 
+// maxLobbyWords bounds the words of one lobby.
+const maxLobbyWords = 100
+
 // AddLobby creates a lobby hiding words. It is set-up, not a command: it
-// writes directly.
+// writes directly, after the checks GuessWord makes of the same fields
+// (commands.CheckID, commands.CheckWord).
 func (n *Node) AddLobby(ctx context.Context, id string, words []string) error {
-	if id == "" || len(id) > commands.MaxIDLen || strings.ContainsAny(id, " \t\r\n") {
-		return middleware.Reject(middleware.CodeInvalid, "lobby_id", "must be 1 to %d bytes without white space", commands.MaxIDLen)
+	if err := commands.CheckID("lobby_id", id); err != nil {
+		return invalid(err)
 	}
-	if len(words) == 0 {
-		return middleware.Reject(middleware.CodeInvalid, "words", "a lobby hides at least one word")
+	if len(words) == 0 || len(words) > maxLobbyWords {
+		return middleware.Reject(middleware.CodeInvalid, "words", "invalid words: a lobby hides 1 to %d words", maxLobbyWords)
 	}
 	seen := make(map[string]bool, len(words))
 	for _, w := range words {
-		w = normalizeWord(w)
-		if w == "" || len(w) > commands.MaxWordLen || strings.IndexFunc(w, func(r rune) bool { return !unicode.IsLetter(r) }) >= 0 {
-			return middleware.Reject(middleware.CodeInvalid, "words", "words are 1 to %d bytes of letters", commands.MaxWordLen)
+		if err := commands.CheckWord("words", w); err != nil {
+			return invalid(err)
 		}
+		w = normalizeWord(w)
 		if seen[w] {
-			return middleware.Reject(middleware.CodeInvalid, "words", "a word is given twice")
+			return middleware.Reject(middleware.CodeInvalid, "words", "invalid words: a word is given twice")
 		}
 		seen[w] = true
 	}
-	return n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+	return n.tx(ctx, func(ctx context.Context, q querier) error {
 		added, err := q.exec(ctx, `INSERT INTO lobby (lobby_id, words_left) VALUES ($1, $2) ON CONFLICT (lobby_id) DO NOTHING`, id, len(seen))
 		if err != nil {
 			return err
@@ -75,7 +78,7 @@ func (n *Node) AddLobby(ctx context.Context, id string, words []string) error {
 // Lobby returns a lobby, or an error matching ErrNotFound.
 func (n *Node) Lobby(ctx context.Context, id string) (Lobby, error) {
 	l := Lobby{LobbyID: id}
-	err := n.backend.db().queryRow(ctx,
+	err := n.db().queryRow(ctx,
 		`SELECT words_left, (SELECT count(*) FROM lobby_word WHERE lobby_id = $1) FROM lobby WHERE lobby_id = $1`, id).
 		Scan(&l.WordsLeft, &l.Words)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -91,7 +94,7 @@ func (n *Node) Lobby(ctx context.Context, id string) (Lobby, error) {
 func (n *Node) guessWord(ctx context.Context, c *commands.GuessWord) (Guess, error) {
 	g := Guess{LobbyID: c.LobbyID, Word: normalizeWord(c.Word)}
 	id := commandID(ctx)
-	err := n.backend.serialize(ctx, lockstore.Key{Namespace: NamespaceLobby, ID: c.LobbyID}, func(ctx context.Context, q querier) error {
+	err := n.serialize(ctx, lockstore.Key{Namespace: NamespaceLobby, ID: c.LobbyID}, func(ctx context.Context, q querier) error {
 		g.Correct, g.Won = false, false
 		err := q.queryRow(ctx, `SELECT words_left FROM lobby WHERE lobby_id = $1`, g.LobbyID).Scan(&g.WordsLeft)
 		if errors.Is(err, sql.ErrNoRows) {

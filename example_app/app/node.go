@@ -28,9 +28,26 @@ const (
 	NamespaceNode = "example.node"
 )
 
-// DefaultRequestTimeout bounds one command sent through the HTTP API when
+// DefaultRequestTimeout bounds one request of the HTTP API when
 // Config.RequestTimeout is zero.
 const DefaultRequestTimeout = 20 * time.Second
+
+// DefaultClaimTimeout bounds the wait for the claim on a staff email when
+// Config.ClaimTimeout is zero, unless a quarter of the request timeout is
+// shorter: the wait ends well before the request does, and the sign-up is
+// answered with a timeout rejection that says to try again, instead of the
+// request running out.
+const DefaultClaimTimeout = 5 * time.Second
+
+// claimTimeout is the claim wait of c.
+func (c Config) claimTimeout() time.Duration {
+	return cmp.Or(c.ClaimTimeout, min(DefaultClaimTimeout, c.requestTimeout()/4))
+}
+
+// requestTimeout is the request timeout of c.
+func (c Config) requestTimeout() time.Duration {
+	return cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+}
 
 // Config configures a Node.
 type Config struct {
@@ -55,11 +72,16 @@ type Config struct {
 	// name with Logger.With when several nodes log to one place. Default:
 	// discard.
 	Logger *slog.Logger
-	// ClaimTimeout bounds the wait for the claim on a staff email. Default
-	// uniqueness.DefaultClaimTimeout.
+	// ClaimTimeout bounds the wait for the claim on a staff email, behind
+	// another sign-up of the same address; past it the sign-up is rejected
+	// as timeout (504), try again. At most half of RequestTimeout. Default
+	// DefaultClaimTimeout, or a quarter of RequestTimeout when that is
+	// shorter.
 	ClaimTimeout time.Duration
-	// RequestTimeout bounds each command sent through the HTTP API.
-	// Default DefaultRequestTimeout.
+	// RequestTimeout bounds each request of the HTTP API; past it the
+	// request is answered 504, and its command, if its handler has not
+	// started, is not applied (see bus.Dispatch). Default
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }
 
@@ -78,6 +100,10 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("app: Config.RequestTimeout is negative (%v)", c.RequestTimeout))
 	}
+	if c.ClaimTimeout > 0 && c.RequestTimeout >= 0 && c.ClaimTimeout > c.requestTimeout()/2 {
+		errs = append(errs, fmt.Errorf("app: Config.ClaimTimeout (%v) is over half the request timeout (%v): a sign-up waiting for its claim would run out of time before it is answered",
+			c.ClaimTimeout, c.requestTimeout()))
+	}
 	return errors.Join(errs...)
 }
 
@@ -91,6 +117,7 @@ type Node struct {
 	log            *slog.Logger
 	requestTimeout time.Duration
 	backstops      atomic.Int64
+	staffBackstops atomic.Int64
 }
 
 // New creates the schema when it is missing, builds the node's bus and
@@ -104,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		backend:        cfg.Backend,
 		name:           cmp.Or(cfg.Name, "node"),
 		log:            cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		requestTimeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
+		requestTimeout: cfg.requestTimeout(),
 	}
 	if err := Migrate(ctx, n.backend); err != nil {
 		return nil, err
@@ -112,7 +139,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker:       n.backend.Locker(),
-		ClaimTimeout: cfg.ClaimTimeout,
+		ClaimTimeout: cfg.claimTimeout(),
 		Rules: []uniqueness.Rule{
 			uniqueness.Field("email", NamespaceStaffEmail,
 				func(c *commands.CreateStaff) string { return c.Email },
@@ -136,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	bcfg := cfg.Bus
 	bcfg.Middleware = append([]middleware.Middleware{
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
+		middleware.Hooks{AfterFail: n.logUnavailable},
 		middleware.Validate(),
 		unique,
 		locks,
@@ -174,6 +202,22 @@ func (n *Node) Backend() Backend { return n.backend }
 // non-zero count is a bug worth a look.
 func (n *Node) Backstops() int64 { return n.backstops.Load() }
 
+// BackstopViolations returns how many times the unique index of the staff
+// table refused a member whose address the claims let through: the
+// number /healthz reports as backstop_violations. It must stay 0; each
+// one is also logged, and counted in Backstops.
+func (n *Node) BackstopViolations() int64 { return n.staffBackstops.Load() }
+
+// logUnavailable logs, as a warning with its cause, a command that failed
+// because the database or the lock store could not be reached: its
+// rejection crosses the bus without the cause, so this node, which saw
+// it, is the one to log it.
+func (n *Node) logUnavailable(ctx context.Context, p *middleware.Pipeline) {
+	if err := p.Err(); errors.Is(err, middleware.ErrUnavailable) {
+		n.log.WarnContext(ctx, "command failed: unavailable", "command", p.CommandName, "command_id", p.CommandUUID, "error", err)
+	}
+}
+
 // backstop records that a unique index fired.
 func (n *Node) backstop(ctx context.Context, what string, err error) {
 	n.backstops.Add(1)
@@ -182,15 +226,12 @@ func (n *Node) backstop(ctx context.Context, what string, err error) {
 
 // CreateStaff sends c through the bus and returns the member created, or a
 // rejection: already_taken naming "email" or "staff_id", invalid naming
-// the field.
+// the field. A sign-up sent again with the same staff_id and address (a
+// replay, or a redelivery of one whose first run committed) returns the
+// member as stored, or, when its name differs, a conflicting_replay
+// rejection (ErrConflictingReplay) that changes nothing.
 func (n *Node) CreateStaff(ctx context.Context, c *commands.CreateStaff) (Staff, error) {
-	s, err := bus.Dispatch[Staff](ctx, n.bus, c)
-	if err == nil && s.StaffID == "" {
-		// A redelivered command whose first run committed is done without
-		// running its handler again (uniqueness.AlreadyDone): it has no
-		// result, and the member is the one the command describes.
-		s = newStaff(c)
-	}
+	s, _, err := n.signUp(ctx, c)
 	return s, err
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
@@ -30,7 +31,7 @@ func newStaff(c *commands.CreateStaff) Staff {
 // before the claim is released: the next claimant's lookup sees the row.
 func (n *Node) createStaff(ctx context.Context, c *commands.CreateStaff) (Staff, error) {
 	s := newStaff(c)
-	_, err := n.backend.db().exec(ctx,
+	_, err := n.db().exec(ctx,
 		`INSERT INTO staff (staff_id, email, name) VALUES ($1, $2, $3)`, s.StaffID, s.Email, s.Name)
 	if err == nil {
 		return s, nil
@@ -45,8 +46,57 @@ func (n *Node) createStaff(ctx context.Context, c *commands.CreateStaff) (Staff,
 		return Staff{}, middleware.Reject(middleware.CodeAlreadyTaken, "staff_id", "a member of staff has this id")
 	}
 	// The email's unique index fired: something bypassed the claims.
+	n.staffBackstops.Add(1)
 	n.backstop(ctx, "staff.email", err)
 	return Staff{}, middleware.Reject(middleware.CodeAlreadyTaken, "email", "a member of staff has this email")
+}
+
+// signUp sends c through the bus and returns the member, and whether this
+// command created it. A command the Uniqueness middleware found done
+// (uniqueness.AlreadyDone: the member with its address has its staff id)
+// is a replay, or a redelivery, of the sign-up that created the member: it
+// gets the member as stored, and created is false. A replay whose name
+// differs from the one stored is rejected as conflicting_replay and
+// changes nothing.
+func (n *Node) signUp(ctx context.Context, c *commands.CreateStaff) (s Staff, created bool, err error) {
+	s, err = bus.Dispatch[Staff](ctx, n.bus, c)
+	if err != nil || s.StaffID != "" {
+		return s, err == nil, err
+	}
+	stored, err := n.Staff(ctx, c.StaffID)
+	if err != nil {
+		return Staff{}, false, err
+	}
+	if stored != newStaff(c) {
+		return Staff{}, false, middleware.Reject(CodeConflictingReplay, "name",
+			"a member of staff was created with this staff_id and email and another name: send the same fields again, or use another staff_id")
+	}
+	return stored, false, nil
+}
+
+// Staff returns the member of staff id, or an error matching ErrNotFound.
+func (n *Node) Staff(ctx context.Context, id string) (Staff, error) {
+	s := Staff{StaffID: id}
+	err := n.db().queryRow(ctx, `SELECT email, name FROM staff WHERE staff_id = $1`, id).Scan(&s.Email, &s.Name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Staff{}, middleware.Reject(CodeNotFound, "staff_id", "no such member of staff")
+	}
+	return s, err
+}
+
+// StaffByEmail returns the members of staff whose address is email once
+// normalised (uniqueness.NormalizeEmail): one at most, none as an empty,
+// non-nil slice.
+func (n *Node) StaffByEmail(ctx context.Context, email string) ([]Staff, error) {
+	s := Staff{Email: uniqueness.NormalizeEmail(email)}
+	err := n.db().queryRow(ctx, `SELECT staff_id, name FROM staff WHERE email = $1`, s.Email).Scan(&s.StaffID, &s.Name)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return []Staff{}, nil
+	case err != nil:
+		return nil, err
+	}
+	return []Staff{s}, nil
 }
 
 // staffEmailTaken is the lookup of the email claims: it reads the table
@@ -59,7 +109,7 @@ func (n *Node) staffEmailTaken(ctx context.Context, email string) (bool, error) 
 // committed: the member with the email is the one it creates.
 func (n *Node) staffCreatedBy(ctx context.Context, c *commands.CreateStaff, email string) (bool, error) {
 	var id string
-	err := n.backend.db().queryRow(ctx, `SELECT staff_id FROM staff WHERE email = $1`, email).Scan(&id)
+	err := n.db().queryRow(ctx, `SELECT staff_id FROM staff WHERE email = $1`, email).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -69,7 +119,7 @@ func (n *Node) staffCreatedBy(ctx context.Context, c *commands.CreateStaff, emai
 // exists runs a count query and reports whether it counted anything.
 func (n *Node) exists(ctx context.Context, query string, args ...any) (bool, error) {
 	var count int64
-	if err := n.backend.db().queryRow(ctx, query, args...).Scan(&count); err != nil {
+	if err := n.db().queryRow(ctx, query, args...).Scan(&count); err != nil {
 		return false, err
 	}
 	return count > 0, nil
@@ -78,6 +128,6 @@ func (n *Node) exists(ctx context.Context, query string, args ...any) (bool, err
 // StaffCount returns how many members of staff there are.
 func (n *Node) StaffCount(ctx context.Context) (int, error) {
 	var count int
-	err := n.backend.db().queryRow(ctx, `SELECT count(*) FROM staff`).Scan(&count)
+	err := n.db().queryRow(ctx, `SELECT count(*) FROM staff`).Scan(&count)
 	return count, err
 }

@@ -49,17 +49,17 @@ func transferKeys(cmd any) []lockstore.Key {
 }
 
 // AddWallet creates a wallet with an opening balance. It is set-up, not a
-// command: it writes directly.
+// command: it writes directly, after the checks the commands make of the
+// same fields (commands.CheckID, commands.CheckCurrency), so that every
+// wallet is one a transfer can name.
 func (n *Node) AddWallet(ctx context.Context, w Wallet) error {
-	switch {
-	case w.WalletID == "" || len(w.WalletID) > commands.MaxIDLen || strings.ContainsAny(w.WalletID, " \t\r\n"):
-		return middleware.Reject(middleware.CodeInvalid, "wallet_id", "must be 1 to %d bytes without white space", commands.MaxIDLen)
-	case len(w.Currency) != 3 || strings.ToUpper(w.Currency) != w.Currency || strings.ContainsAny(w.Currency, "0123456789"):
-		return middleware.Reject(middleware.CodeInvalid, "currency", "must be an ISO 4217 code such as EUR")
-	case w.Balance < 0 || w.Balance > commands.MaxAmount:
-		return middleware.Reject(middleware.CodeInvalid, "balance", "must be 0 to %d", commands.MaxAmount)
+	if err := errors.Join(commands.CheckID("wallet_id", w.WalletID), commands.CheckCurrency("currency", w.Currency)); err != nil {
+		return invalid(err)
 	}
-	added, err := n.backend.db().exec(ctx,
+	if w.Balance < 0 || w.Balance > commands.MaxAmount {
+		return middleware.Reject(middleware.CodeInvalid, "balance", "invalid balance: must be 0 to %d minor units", commands.MaxAmount)
+	}
+	added, err := n.db().exec(ctx,
 		`INSERT INTO wallet (wallet_id, currency, balance) VALUES ($1, $2, $3) ON CONFLICT (wallet_id) DO NOTHING`,
 		w.WalletID, w.Currency, w.Balance)
 	if err != nil {
@@ -74,7 +74,7 @@ func (n *Node) AddWallet(ctx context.Context, w Wallet) error {
 // Wallet returns a wallet, or an error matching ErrNotFound.
 func (n *Node) Wallet(ctx context.Context, id string) (Wallet, error) {
 	w := Wallet{WalletID: id}
-	err := n.backend.db().queryRow(ctx, `SELECT currency, balance FROM wallet WHERE wallet_id = $1`, id).
+	err := n.db().queryRow(ctx, `SELECT currency, balance FROM wallet WHERE wallet_id = $1`, id).
 		Scan(&w.Currency, &w.Balance)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Wallet{}, middleware.Reject(CodeNotFound, "wallet_id", "no such wallet")
@@ -84,7 +84,7 @@ func (n *Node) Wallet(ctx context.Context, id string) (Wallet, error) {
 
 // Transfer returns a transfer, or an error matching ErrNotFound.
 func (n *Node) Transfer(ctx context.Context, id string) (Transfer, error) {
-	return loadTransfer(ctx, n.backend.db(), id)
+	return loadTransfer(ctx, n.db(), id)
 }
 
 // openTransfer handles OpenTransfer, holding the transfer's lock.
@@ -93,7 +93,7 @@ func (n *Node) openTransfer(ctx context.Context, c *commands.OpenTransfer) (Tran
 		TransferID: c.TransferID, FromWalletID: c.FromWalletID, ToWalletID: c.ToWalletID,
 		Amount: c.Amount, Currency: c.Currency, State: "open",
 	}
-	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+	err := n.tx(ctx, func(ctx context.Context, q querier) error {
 		for _, w := range []struct{ field, id string }{{"from_wallet_id", c.FromWalletID}, {"to_wallet_id", c.ToWalletID}} {
 			var currency string
 			err := q.queryRow(ctx, `SELECT currency FROM wallet WHERE wallet_id = $1`, w.id).Scan(&currency)
@@ -139,7 +139,7 @@ func (n *Node) cancelTransfer(ctx context.Context, c *commands.CancelTransfer) (
 // effect (if any) and records the state.
 func (n *Node) decideTransfer(ctx context.Context, id, state, reason string, effect func(ctx context.Context, q querier, t Transfer) error) (Transfer, error) {
 	var t Transfer
-	err := n.backend.tx(ctx, func(ctx context.Context, q querier) error {
+	err := n.tx(ctx, func(ctx context.Context, q querier) error {
 		var err error
 		if t, err = loadTransfer(ctx, q, id); err != nil {
 			return err

@@ -1,0 +1,67 @@
+package sqltransport_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/sqltransport"
+	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// While the database is down, publishing fails with an error matching
+// middleware.ErrUnavailable (a rejection a sender can answer as "try
+// again"), the cause kept beside it; once the database is back, the
+// transport works again on its own.
+func TestPublishUnavailable(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.NewCluster(t)
+	n := newNode(t, cluster.DSN(), "solo", sqltransport.Config{}, bus.Config{}, registerRoundTrip(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got, err := bus.Dispatch[string](ctx, n.bus, &Echo{Text: "before"})
+	require.NoError(t, err)
+	require.Equal(t, "before", got)
+
+	require.NoError(t, cluster.Stop(ctx))
+	// A topic whose table exists, and one whose table would be created.
+	for _, topic := range []string{"command.sqltransport_test.Echo", "command.sqltransport_test.New"} {
+		err := n.tr.Publisher().Publish(topic, message.NewMessage(uuid.NewString(), []byte(`{}`)))
+		require.Error(t, err, topic)
+		require.ErrorIs(t, err, middleware.ErrUnavailable, "%s: %v", topic, err)
+		var rej *middleware.Rejection
+		require.ErrorAs(t, err, &rej)
+		require.NotContains(t, rej.Message, "127.0.0.1", "the rejection tells nothing of the server")
+		require.NotContains(t, rej.Message, "postgres")
+		require.True(t, errors.Unwrap(err) != nil || len(unwrapAll(err)) > 1, "the cause is kept: %v", err)
+	}
+	_, err = bus.Dispatch[string](ctx, n.bus, &Echo{Text: "during"})
+	require.ErrorIs(t, err, middleware.ErrUnavailable)
+	require.Zero(t, n.bus.Pending())
+
+	require.NoError(t, cluster.Start(ctx))
+	eventually(t, func() bool {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		got, err := bus.Dispatch[string](dctx, n.bus, &Echo{Text: "after"})
+		return err == nil && got == "after"
+	}, "a round trip once the database is back")
+}
+
+// unwrapAll returns what err wraps, one level down.
+func unwrapAll(err error) []error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		return u.Unwrap()
+	}
+	if e := errors.Unwrap(err); e != nil {
+		return []error{e}
+	}
+	return nil
+}
