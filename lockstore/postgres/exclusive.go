@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,8 +24,17 @@ import (
 // connection). Like Serialize, Exclusive first takes the node-local mutex
 // of key, so a node's callers queue in Go; then it waits on the server
 // until no other node holds key. ctx bounds the wait, and its deadline
-// becomes a lock_timeout as in Serialize (lockstore.ErrTimeout); ending a
-// wait by ctx closes the connection, which frees it.
+// becomes a lock_timeout as in Serialize (lockstore.ErrTimeout); without a
+// deadline the wait is bounded by Config.StatementTimeout (a
+// statement_timeout for that message only, unless one is in force already;
+// lockstore.ErrTimeout too). Ending a wait by ctx closes the connection,
+// which frees it.
+//
+// fn's ctx carries the fencing token of the lock (lockstore.TokenFrom),
+// drawn in the message that takes it, once it is granted: greater than
+// every token drawn before on any node. Pass it to the resources fn
+// writes, so that they can refuse a holder that lost the lock without
+// knowing it.
 //
 // fn's ctx is cancelled when the lock is lost: the pool checks every
 // Config.KeepAlive that the connection's session still holds the lock (fn
@@ -44,14 +54,17 @@ import (
 //
 //	n, err := postgres.Exclusive(ctx, store, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
 //		func(ctx context.Context, conn *pgx.Conn) (int64, error) {
-//			tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed' WHERE ends_at < now() AND state = 'open'")
+//			token, _ := lockstore.TokenFrom(ctx)
+//			tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed', token = $1 "+
+//				"WHERE ends_at < now() AND state = 'open' AND token <= $1", token)
 //			return tag.RowsAffected(), err
 //		})
 //
 // Inside an open transaction carried by ctx (see Serialize and WithTx),
-// Exclusive is Serialize: it takes key's lock on that transaction and fn
-// gets the transaction's connection. Inside an Exclusive on the same store
-// and key, however deep, it runs fn at once on that call's connection.
+// Exclusive is Serialize: it takes key's lock on that transaction, in a
+// savepoint, and fn gets the transaction's connection. Inside an Exclusive
+// on the same store and key, however deep, it runs fn at once on that
+// call's connection, with that call's token.
 func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) (T, error)) (T, error) {
 	var zero T
 	id, err := s.precheck("Exclusive", key, fn == nil)
@@ -64,7 +77,7 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 		})
 	}
 	if xs := exclusiveHolding(ctx, s, id); xs != nil {
-		return fn(ctx, xs.conn)
+		return fn(lockstore.ContextWithToken(ctx, xs.token), xs.conn)
 	}
 
 	h, fctx, err := s.beginExclusive(ctx, key, id)
@@ -85,11 +98,12 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 // exclusiveHold is one held session lock of Exclusive. It holds id's turn
 // in s.serial from beginExclusive until end, which passes it on once.
 type exclusiveHold struct {
-	s    *Store
-	key  lockstore.Key
-	id   LockID
-	conn *pgx.Conn
-	pid  uint32
+	s     *Store
+	key   lockstore.Key
+	id    LockID
+	conn  *pgx.Conn
+	pid   uint32
+	token int64
 
 	cancel    context.CancelCauseFunc // cancels fn's ctx
 	stop      context.CancelFunc      // stops the watch
@@ -99,7 +113,7 @@ type exclusiveHold struct {
 }
 
 // beginExclusive takes the node-local mutex and a dedicated connection,
-// waits for id's session lock on it and starts the watch.
+// waits for id's session lock on it, draws the token and starts the watch.
 func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID) (*exclusiveHold, context.Context, error) {
 	if err := s.serial.take(ctx, s.ctx.Done(), id); err != nil {
 		return nil, nil, fmt.Errorf("postgres: Exclusive %q: waiting for this node's turn: %w", key, err)
@@ -116,21 +130,53 @@ func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID
 		return fail(fmt.Errorf("acquire a connection: %w", err))
 	}
 	conn := pooled.Hijack()
-	timeout, bounded := lockTimeout(ctx)
-	if _, err := conn.Exec(ctx, sessionLockSQL(id, timeout, bounded)); err != nil {
-		cctx, cancel := s.cleanupContext()
-		_ = conn.Close(cctx)
-		cancel()
-		return fail(fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded)))
+	token, err := s.sessionLock(ctx, conn, id)
+	if err != nil {
+		// The connection never goes back to a pool: closing it frees the
+		// lock if it was granted.
+		closeConn(conn)
+		return fail(err)
 	}
 
-	h := &exclusiveHold{s: s, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), watchDone: make(chan struct{})}
+	h := &exclusiveHold{s: s, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), token: token, watchDone: make(chan struct{})}
 	fctx, cancel := context.WithCancelCause(ctx)
 	h.cancel = cancel
 	watchCtx, stop := context.WithCancel(context.Background())
 	h.stop = stop
 	go h.watch(watchCtx)
-	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, conn: conn}), nil
+	fctx = lockstore.ContextWithToken(fctx, token)
+	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, token: token, conn: conn}), nil
+}
+
+// sessionLock waits for id's session lock on conn and draws a token in the
+// same message. When the token comes back NULL (the epoch is not live, see
+// epoch.go) it bumps the epoch on conn, which is outside any transaction,
+// and draws again. On error the caller closes conn.
+func (s *Store) sessionLock(ctx context.Context, conn *pgx.Conn, id LockID) (int64, error) {
+	q := s.serialSQL()
+	timeout, bounded := lockTimeout(ctx)
+	results, err := conn.PgConn().Exec(ctx, sessionLockSQL(q, id, timeout, bounded, s.cfg.StatementTimeout)).ReadAll()
+	var token *int64
+	if err == nil {
+		token, err = tokenResult(results)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded))
+	}
+	if token == nil {
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+		if _, err := s.bumpEpoch(bctx, conn); err != nil {
+			return 0, err
+		}
+		if err := conn.QueryRow(bctx, q.token).Scan(&token); err != nil {
+			return 0, fmt.Errorf("draw a token: %w", err)
+		}
+		if token == nil {
+			return 0, fmt.Errorf("draw a token: %w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
+		}
+	}
+	return *token, nil
 }
 
 // exclusiveCheckFailures is how many checks in a row may fail to tell
@@ -225,16 +271,25 @@ func (h *exclusiveHold) end() error {
 	return nil
 }
 
-// sessionLockSQL waits for id's session lock. Bounded, lock_timeout is set
-// with set_config(..., true) for this message only: a simple-protocol
-// message of several statements is one implicit transaction, and the
-// setting ends with it while the session lock stays.
-func sessionLockSQL(id LockID, timeoutMS int64, bounded bool) string {
-	b := make([]byte, 0, 112)
+// sessionLockSQL waits for id's session lock, then draws a token (q.token),
+// in one message. A simple-protocol message of several statements is one
+// implicit transaction: settings made with set_config(..., true) end with
+// it while the session lock stays. Bounded, it sets lock_timeout; else
+// statement_timeout to stmtTimeout, unless one is in force already (see
+// setStatementTimeoutSQL).
+func sessionLockSQL(q *serialSQL, id LockID, timeoutMS int64, bounded bool, stmtTimeout time.Duration) string {
+	b := make([]byte, 0, 512)
 	if bounded {
 		b = append(b, "select set_config('lock_timeout', '"...)
 		b = strconv.AppendInt(b, timeoutMS, 10)
 		b = append(b, "', true); "...)
+	} else {
+		ms := strconv.AppendInt(nil, max(stmtTimeout.Milliseconds(), 1), 10)
+		b = append(b, strings.Replace(setStatementTimeoutSQL, "$1", "'"+string(ms)+"'", 1)...)
+		b = append(b, "; "...)
 	}
-	return string(appendLockCall(b, "pg_advisory_lock", id))
+	b = appendLockCall(b, "pg_advisory_lock", id)
+	b = append(b, "; "...)
+	b = append(b, q.token...)
+	return string(b)
 }

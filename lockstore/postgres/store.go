@@ -64,6 +64,9 @@ type Store struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// calls holds the state of Serialize and Exclusive (calls.go).
+	calls calls
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	// wg counts the goroutines the store started; Close waits for them.
