@@ -31,6 +31,10 @@ type Store struct {
 	path string // the database file
 	lock *os.File
 
+	// tokens hands out the fencing tokens of Serialize and Exclusive (see
+	// token.go).
+	tokens *tokenSource
+
 	// gate lets one Serialize transaction at a time begin: SQLite has one
 	// writer, so the others wait here in Go, first come first served by
 	// the runtime, rather than polling in SQLite's busy handler.
@@ -57,6 +61,8 @@ var (
 // memory (no file to lock), when its transactions do not begin IMMEDIATE
 // (_txlock=immediate) or when it has no busy timeout (_busy_timeout); with
 // ErrFileLocked when another Store holds the file. ctx bounds these checks.
+// It creates the table claimbus_token (the fencing tokens' high-water mark,
+// see Serialize) unless it exists, and reserves a block of tokens in it.
 //
 // The Store does not own db: Close leaves it open.
 func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
@@ -85,12 +91,17 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		_ = lock.Close()
 		return nil, err
 	}
+	tokens, err := newTokenSource(ctx, db)
+	if err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("sqlite: New: fencing tokens: %w", err)
+	}
 	mem, err := lockstore.NewMemory(cfg.Locks)
 	if err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
-	return &Store{db: db, mem: mem, path: path, lock: lock, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, mem: mem, path: path, lock: lock, tokens: tokens, gate: make(chan struct{}, 1)}, nil
 }
 
 // checkTransactions makes sure db's connections wait for locks (a busy
