@@ -42,8 +42,10 @@ import (
 // cancels fn's ctx, with a cause matching lockstore.ErrLockLost, when the
 // session is gone (its backend terminated, the network lost) or when two
 // checks in a row cannot tell. It is also cancelled, with a cause matching
-// lockstore.ErrClosed, when the store closes. fn should watch ctx.Done and
-// stop: after a loss another node may already run the job.
+// lockstore.ErrClosed, when the store closes; one still running after
+// Config.Timeout then has its connection closed, which frees the lock. fn
+// should watch ctx.Done and stop: after a loss another node may already
+// run the job, with a greater token.
 //
 // When fn returns (or panics) Exclusive runs pg_advisory_unlock, checks
 // that it freed the lock, and closes the connection either way. It returns
@@ -99,52 +101,61 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 // in s.serial from beginExclusive until end, which passes it on once.
 type exclusiveHold struct {
 	s     *Store
+	call  *call // its ctx is fn's; the watch and Close stop it
 	key   lockstore.Key
 	id    LockID
 	conn  *pgx.Conn
 	pid   uint32
 	token int64
 
-	cancel    context.CancelCauseFunc // cancels fn's ctx
-	stop      context.CancelFunc      // stops the watch
+	stop      context.CancelFunc // stops the watch
 	watchDone chan struct{}
-	lost      error // set by the watch before watchDone closes
 	ended     bool
 }
 
 // beginExclusive takes the node-local mutex and a dedicated connection,
 // waits for id's session lock on it, draws the token and starts the watch.
 func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID) (*exclusiveHold, context.Context, error) {
-	if err := s.serial.take(ctx, s.ctx.Done(), id); err != nil {
-		return nil, nil, fmt.Errorf("postgres: Exclusive %q: waiting for this node's turn: %w", key, err)
-	}
-	fail := func(err error) (*exclusiveHold, context.Context, error) {
-		s.serial.pass(id)
+	c, err := s.calls.start(ctx)
+	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: Exclusive %q: %w", key, err)
+	}
+	if err := s.serial.take(c.ctx, s.ctx.Done(), id); err != nil {
+		c.end()
+		return nil, nil, fmt.Errorf("postgres: Exclusive %q: waiting for this node's turn: %w", key, c.stopCause(err))
+	}
+	var conn *pgx.Conn
+	fail := func(err error) (*exclusiveHold, context.Context, error) {
+		if conn != nil {
+			// The connection never goes back to a pool: closing it frees
+			// the lock if it was granted.
+			closeConn(conn)
+		}
+		s.serial.pass(id)
+		c.end()
+		return nil, nil, fmt.Errorf("postgres: Exclusive %q: %w", key, c.stopCause(err))
 	}
 	if err := s.checkOpen(); err != nil {
 		return fail(err)
 	}
-	pooled, err := s.pool.Acquire(ctx)
+	pooled, err := s.pool.Acquire(c.ctx)
 	if err != nil {
 		return fail(fmt.Errorf("acquire a connection: %w", err))
 	}
-	conn := pooled.Hijack()
-	token, err := s.sessionLock(ctx, conn, id)
+	conn = pooled.Hijack()
+	if err := c.use(conn.PgConn().Conn()); err != nil {
+		return fail(err)
+	}
+	token, err := s.sessionLock(c.ctx, conn, id)
 	if err != nil {
-		// The connection never goes back to a pool: closing it frees the
-		// lock if it was granted.
-		closeConn(conn)
 		return fail(err)
 	}
 
-	h := &exclusiveHold{s: s, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), token: token, watchDone: make(chan struct{})}
-	fctx, cancel := context.WithCancelCause(ctx)
-	h.cancel = cancel
+	h := &exclusiveHold{s: s, call: c, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), token: token, watchDone: make(chan struct{})}
 	watchCtx, stop := context.WithCancel(context.Background())
 	h.stop = stop
 	go h.watch(watchCtx)
-	fctx = lockstore.ContextWithToken(fctx, token)
+	fctx := lockstore.ContextWithToken(c.ctx, token)
 	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, token: token, conn: conn}), nil
 }
 
@@ -184,8 +195,8 @@ func (s *Store) sessionLock(ctx context.Context, conn *pgx.Conn, id LockID) (int
 const exclusiveCheckFailures = 2
 
 // watch checks every KeepAlive, through the pool, that the session still
-// holds the lock, and cancels fn's ctx when it does not, when it cannot
-// tell exclusiveCheckFailures times in a row, or when the store closes.
+// holds the lock, and stops the call when it does not, or when it cannot
+// tell exclusiveCheckFailures times in a row. (Close stops the call too.)
 func (h *exclusiveHold) watch(ctx context.Context) {
 	defer close(h.watchDone)
 	ticker := time.NewTicker(h.s.cfg.KeepAlive)
@@ -194,9 +205,6 @@ func (h *exclusiveHold) watch(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-h.s.ctx.Done():
-			h.lose(fmt.Errorf("%w while the job ran", lockstore.ErrClosed))
 			return
 		case <-ticker.C:
 		}
@@ -219,10 +227,7 @@ func (h *exclusiveHold) watch(ctx context.Context) {
 	}
 }
 
-func (h *exclusiveHold) lose(err error) {
-	h.lost = err
-	h.cancel(err)
-}
+func (h *exclusiveHold) lose(err error) { h.call.lose(err) }
 
 // sessionHolds asks, on a pooled connection, whether backend pid holds id's
 // session lock.
@@ -240,13 +245,15 @@ func (s *Store) sessionHolds(ctx context.Context, pid uint32, id LockID) (bool, 
 }
 
 // end stops the watch, unlocks, closes the connection and frees the
-// node-local mutex. It returns an error when the lock was lost, or could
-// not be confirmed to the end. It does nothing the second time.
+// node-local mutex. It returns an error when the lock was lost, could not
+// be confirmed to the end, or the store closed. It does nothing the second
+// time.
 func (h *exclusiveHold) end() error {
 	if h.ended {
 		return nil
 	}
 	h.ended = true
+	// First, so that the watch does not take the unlock for a loss.
 	h.stop()
 	<-h.watchDone
 
@@ -258,11 +265,12 @@ func (h *exclusiveHold) end() error {
 	// lock if the unlock did not.
 	_ = h.conn.Close(ctx)
 	h.s.serial.pass(h.id)
-	h.cancel(context.Canceled)
+	lost := h.call.reason()
+	h.call.end()
 
 	switch {
-	case h.lost != nil:
-		return fmt.Errorf("postgres: Exclusive %q: %w", h.key, h.lost)
+	case lost != nil:
+		return fmt.Errorf("postgres: Exclusive %q: %w", h.key, lost)
 	case err != nil:
 		return fmt.Errorf("postgres: Exclusive %q: %w: unlock failed, the connection is closed: %w", h.key, lockstore.ErrLockLost, err)
 	case !unlocked:

@@ -52,7 +52,16 @@ import (
 // error comes back as is, joined with the rollback's error if that failed
 // too, and a panic goes on after the rollback. When ctx is done by the time
 // fn returns, the transaction rolls back too. A failed commit comes back
-// wrapped. On any error the result is T's zero value.
+// wrapped. On any error the result is T's zero value. fn's ctx is
+// cancelled when Serialize returns.
+//
+// Close stops a running Serialize: fn's ctx is cancelled with a cause
+// matching lockstore.ErrClosed, the transaction rolls back instead of
+// committing (the error matches lockstore.ErrClosed), and one whose fn is
+// still running after Config.Timeout has its connection closed, which
+// ends the transaction on the server. A call waiting for the node-local
+// mutex, a connection or the server fails with an error matching
+// lockstore.ErrClosed.
 //
 // # Nesting
 //
@@ -156,6 +165,7 @@ func (s *Store) precheck(op string, key lockstore.Key, nilFn bool) (LockID, erro
 // serialTxn is one outermost transaction of Serialize.
 type serialTxn struct {
 	s       *Store
+	call    *call
 	key     lockstore.Key
 	id      LockID
 	turn    bool            // id's turn in s.serial is held
@@ -170,10 +180,15 @@ type serialTxn struct {
 // beginSerial takes the node-local mutex and a connection, and opens the
 // transaction holding id's lock. It returns the ctx fn runs with.
 func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (*serialTxn, context.Context, error) {
-	st := &serialTxn{s: s, key: key, id: id}
+	c, err := s.calls.start(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: Serialize %q: %w", key, err)
+	}
+	st := &serialTxn{s: s, call: c, key: key, id: id}
 	fail := func(what string, err error) (*serialTxn, context.Context, error) {
 		st.release()
-		return nil, nil, fmt.Errorf("postgres: Serialize %q: %s%w", key, what, err)
+		c.end()
+		return nil, nil, fmt.Errorf("postgres: Serialize %q: %s%w", key, what, c.stopCause(err))
 	}
 	// Inside Exclusive calls, the transaction runs on the connection of the
 	// one that holds id, whose session makes the xact lock a formality, whose
@@ -185,7 +200,7 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 		xs = exclusiveScopeFor(ctx, s)
 	}
 	if xs == nil || xs.id != id {
-		if err := s.serial.take(ctx, s.ctx.Done(), id); err != nil {
+		if err := s.serial.take(c.ctx, s.ctx.Done(), id); err != nil {
 			return fail("waiting for this node's turn: ", err)
 		}
 		st.turn = true
@@ -197,25 +212,27 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 		xs.mu.Lock()
 		st.xs, st.conn = xs, xs.conn
 	} else {
-		pc, err := s.pool.Acquire(ctx)
+		pc, err := s.pool.Acquire(c.ctx)
 		if err != nil {
 			return fail("acquire a connection: ", err)
 		}
 		st.pooled, st.conn = pc, pc.Conn()
+		if err := c.use(st.conn.PgConn().Conn()); err != nil {
+			return fail("", err)
+		}
 	}
 
-	var err error
 	var token int64
 	if holder != nil {
 		token = holder.token
-		err = st.begin(ctx, nil)
+		err = st.begin(c.ctx, nil)
 	} else {
-		err = st.begin(ctx, &token)
+		err = st.begin(c.ctx, &token)
 	}
 	if err != nil {
 		return fail("take the lock: ", err)
 	}
-	fctx, effects := lockstore.NewEffects(ctx)
+	fctx, effects := lockstore.NewEffects(c.ctx)
 	st.effects = effects
 	fctx = lockstore.ContextWithToken(fctx, token)
 	fctx = withTxScope(fctx, &txScope{store: s, tx: st.tx, held: map[LockID]int64{id: token}})
@@ -271,16 +288,20 @@ func (st *serialTxn) rollbackTx(tx pgx.Tx) error {
 }
 
 // commit commits, releases the connection and the node-local mutex, then
-// runs the effects. When ctx is already done it rolls back instead.
+// runs the effects. When ctx is already done, or the call was stopped
+// (Close), it rolls back instead.
 func (st *serialTxn) commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
+		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
+	}
+	if err := st.call.reason(); err != nil {
 		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
 	}
 	err := st.tx.Commit(ctx)
 	st.ended = true
 	st.release()
 	if err != nil {
-		return fmt.Errorf("postgres: Serialize %q: commit: %w", st.key, err)
+		return fmt.Errorf("postgres: Serialize %q: commit: %w", st.key, st.call.stopCause(err))
 	}
 	st.effects.Run()
 	return nil
@@ -296,11 +317,14 @@ func (st *serialTxn) rollback(fnErr error) error {
 	return fnErr
 }
 
-// end rolls back and releases unless commit or rollback did already.
+// end rolls back and releases unless commit or rollback did already, and
+// ends the call: fn's ctx is cancelled once Serialize returns (after the
+// effects ran).
 func (st *serialTxn) end() {
 	if !st.ended {
 		_ = st.rollbackAndRelease()
 	}
+	st.call.end()
 }
 
 func (st *serialTxn) rollbackAndRelease() error {
@@ -317,6 +341,9 @@ func (st *serialTxn) rollbackAndRelease() error {
 // still in a transaction) and the node-local mutex.
 func (st *serialTxn) release() {
 	if st.pooled != nil {
+		if st.call.released() {
+			closeConn(st.conn)
+		}
 		st.pooled.Release()
 		st.pooled = nil
 	}

@@ -64,7 +64,8 @@ type Store struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// calls holds the state of Serialize and Exclusive (calls.go).
+	// calls are the running Serialize and Exclusive calls, which Close
+	// stops (calls.go).
 	calls calls
 
 	closed    atomic.Bool
@@ -245,6 +246,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.cancel()
+		s.calls.closeAll(s.cfg.Timeout) // Serialize and Exclusive: stop, wait up to Timeout, then close their sockets
 		s.wg.Wait()
 	})
 	return nil
