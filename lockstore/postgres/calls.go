@@ -12,11 +12,13 @@ import (
 )
 
 // calls are the running outermost calls of Serialize and Exclusive, which
-// Close stops. The zero value is ready.
+// Close stops, and the watcher of Exclusive's session locks (watch.go),
+// started with the first Exclusive. The zero value is ready.
 type calls struct {
 	mu      sync.Mutex
 	closed  bool
 	running map[*call]struct{}
+	watcher *watcher // nil until the first Exclusive holds its lock
 
 	sqlOnce sync.Once
 	sql     serialSQL // see Store.serialSQL
@@ -136,7 +138,7 @@ func (c *call) abort() {
 // release their connections for nine tenths of timeout (the rest is left
 // for closing), and closes the sockets of those that have not, so that no
 // transaction of theirs commits, and no lock of theirs is held, once Close
-// has returned.
+// has returned. The watcher stops with the store's ctx.
 func (cs *calls) closeAll(timeout time.Duration) {
 	deadline := time.NewTimer(timeout * 9 / 10)
 	defer deadline.Stop()

@@ -36,16 +36,19 @@ import (
 // writes, so that they can refuse a holder that lost the lock without
 // knowing it.
 //
-// fn's ctx is cancelled when the lock is lost: the pool checks every
-// Config.KeepAlive that the connection's session still holds the lock (fn
-// keeps the connection busy, so the check runs beside it, on pg_locks), and
-// cancels fn's ctx, with a cause matching lockstore.ErrLockLost, when the
-// session is gone (its backend terminated, the network lost) or when two
-// checks in a row cannot tell. It is also cancelled, with a cause matching
-// lockstore.ErrClosed, when the store closes; one still running after
-// Config.Timeout then has its connection closed, which frees the lock. fn
-// should watch ctx.Done and stop: after a loss another node may already
-// run the job, with a greater token.
+// fn's ctx is cancelled when the lock is lost. The store's watcher, on a
+// connection of its own (never the pool's, so that an exhausted pool does
+// not look like a loss), checks every Config.KeepAlive, for all running
+// Exclusive calls in one query on pg_locks, that each call's session still
+// holds its lock; it cancels fn's ctx, with a cause matching
+// lockstore.ErrLockLost, when the session no longer does (its backend
+// terminated, the connection lost), or when no check has confirmed it
+// within Config.LeaseBound (the server or the network went silent). So fn
+// hears of a loss within LeaseBound. fn's ctx is also cancelled, with a
+// cause matching lockstore.ErrClosed, when the store closes; one still
+// running after Config.Timeout then has its connection closed, which frees
+// the lock. fn should watch ctx.Done and stop: after a loss another node
+// may already run the job, with a greater token.
 //
 // When fn returns (or panics) Exclusive runs pg_advisory_unlock, checks
 // that it freed the lock, and closes the connection either way. It returns
@@ -101,20 +104,23 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 // in s.serial from beginExclusive until end, which passes it on once.
 type exclusiveHold struct {
 	s     *Store
-	call  *call // its ctx is fn's; the watch and Close stop it
+	call  *call // its ctx is fn's; the watcher and Close stop it
 	key   lockstore.Key
 	id    LockID
 	conn  *pgx.Conn
 	pid   uint32
 	token int64
 
-	stop      context.CancelFunc // stops the watch
-	watchDone chan struct{}
+	// confirmed is when the last check that found the session holding the
+	// lock was sent (at first, when the lock was granted). The watcher
+	// reads and writes it under its mutex.
+	confirmed time.Time
 	ended     bool
 }
 
 // beginExclusive takes the node-local mutex and a dedicated connection,
-// waits for id's session lock on it, draws the token and starts the watch.
+// waits for id's session lock on it, draws the token and has the watcher
+// check the lock.
 func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID) (*exclusiveHold, context.Context, error) {
 	c, err := s.calls.start(ctx)
 	if err != nil {
@@ -151,10 +157,10 @@ func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID
 		return fail(err)
 	}
 
-	h := &exclusiveHold{s: s, call: c, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), token: token, watchDone: make(chan struct{})}
-	watchCtx, stop := context.WithCancel(context.Background())
-	h.stop = stop
-	go h.watch(watchCtx)
+	h := &exclusiveHold{s: s, call: c, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), token: token, confirmed: time.Now()}
+	if err := s.calls.watch(s, h); err != nil {
+		return fail(err)
+	}
 	fctx := lockstore.ContextWithToken(c.ctx, token)
 	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, token: token, conn: conn}), nil
 }
@@ -190,60 +196,6 @@ func (s *Store) sessionLock(ctx context.Context, conn *pgx.Conn, id LockID) (int
 	return *token, nil
 }
 
-// exclusiveCheckFailures is how many checks in a row may fail to tell
-// whether the session holds the lock before Exclusive gives it up as lost.
-const exclusiveCheckFailures = 2
-
-// watch checks every KeepAlive, through the pool, that the session still
-// holds the lock, and stops the call when it does not, or when it cannot
-// tell exclusiveCheckFailures times in a row. (Close stops the call too.)
-func (h *exclusiveHold) watch(ctx context.Context) {
-	defer close(h.watchDone)
-	ticker := time.NewTicker(h.s.cfg.KeepAlive)
-	defer ticker.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		held, err := h.s.sessionHolds(ctx, h.pid, h.id)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil && held:
-			failures = 0
-		case err == nil:
-			h.lose(fmt.Errorf("%w: the session (backend pid %d) no longer holds it", lockstore.ErrLockLost, h.pid))
-			return
-		default:
-			failures++
-			if failures >= exclusiveCheckFailures {
-				h.lose(fmt.Errorf("%w: cannot confirm that the session (backend pid %d) holds it: %w", lockstore.ErrLockLost, h.pid, err))
-				return
-			}
-		}
-	}
-}
-
-func (h *exclusiveHold) lose(err error) { h.call.lose(err) }
-
-// sessionHolds asks, on a pooled connection, whether backend pid holds id's
-// session lock.
-func (s *Store) sessionHolds(ctx context.Context, pid uint32, id LockID) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	var held bool
-	err := s.pool.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM pg_locks
-			WHERE locktype = 'advisory' AND pid = $1 AND granted
-			  AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = 2)`,
-		int64(pid), int64(id.Namespace), int64(id.ID)).Scan(&held)
-	return held, err
-}
-
 // end stops the watch, unlocks, closes the connection and frees the
 // node-local mutex. It returns an error when the lock was lost, could not
 // be confirmed to the end, or the store closed. It does nothing the second
@@ -253,9 +205,8 @@ func (h *exclusiveHold) end() error {
 		return nil
 	}
 	h.ended = true
-	// First, so that the watch does not take the unlock for a loss.
-	h.stop()
-	<-h.watchDone
+	// First, so that the watcher does not take the unlock for a loss.
+	h.s.calls.unwatch(h)
 
 	ctx, cancel := h.s.cleanupContext()
 	defer cancel()

@@ -65,7 +65,7 @@ type Store struct {
 	cancel context.CancelFunc
 
 	// calls are the running Serialize and Exclusive calls, which Close
-	// stops (calls.go).
+	// stops, and Exclusive's lock watcher (calls.go, watch.go).
 	calls calls
 
 	closed    atomic.Bool
