@@ -51,5 +51,14 @@
 //
 // AfterCommit registers a function to run once the outermost transaction
 // opened by a backend's Serialize has committed and released its lock; it is
-// dropped on rollback, and runs at once outside any transaction.
+// dropped on rollback, and runs at once outside any transaction. A nested
+// Serialize runs in a savepoint: when its fn fails, its writes and the
+// functions registered inside it are dropped, whatever the enclosing fn
+// does next (NestEffects is the backends' side of this).
+//
+// # Fencing tokens in critical sections
+//
+// The fn of a backend's Serialize or Exclusive runs with a ctx that carries
+// the fencing token of the lock it runs under (TokenFrom), like
+// Lock.Token for a Locker grant.
 package lockstore

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,17 +24,31 @@ import (
 // connection). Like Serialize, Exclusive first takes the node-local mutex
 // of key, so a node's callers queue in Go; then it waits on the server
 // until no other node holds key. ctx bounds the wait, and its deadline
-// becomes a lock_timeout as in Serialize (lockstore.ErrTimeout); ending a
-// wait by ctx closes the connection, which frees it.
+// becomes a lock_timeout as in Serialize (lockstore.ErrTimeout); without a
+// deadline the wait is bounded by Config.StatementTimeout (a
+// statement_timeout for that message only, unless one is in force already;
+// lockstore.ErrTimeout too). Ending a wait by ctx closes the connection,
+// which frees it.
 //
-// fn's ctx is cancelled when the lock is lost: the pool checks every
-// Config.KeepAlive that the connection's session still holds the lock (fn
-// keeps the connection busy, so the check runs beside it, on pg_locks), and
-// cancels fn's ctx, with a cause matching lockstore.ErrLockLost, when the
-// session is gone (its backend terminated, the network lost) or when two
-// checks in a row cannot tell. It is also cancelled, with a cause matching
-// lockstore.ErrClosed, when the store closes. fn should watch ctx.Done and
-// stop: after a loss another node may already run the job.
+// fn's ctx carries the fencing token of the lock (lockstore.TokenFrom),
+// drawn in the message that takes it, once it is granted: greater than
+// every token drawn before on any node. Pass it to the resources fn
+// writes, so that they can refuse a holder that lost the lock without
+// knowing it.
+//
+// fn's ctx is cancelled when the lock is lost. The store's watcher, on a
+// connection of its own (never the pool's, so that an exhausted pool does
+// not look like a loss), checks every Config.KeepAlive, for all running
+// Exclusive calls in one query on pg_locks, that each call's session still
+// holds its lock; it cancels fn's ctx, with a cause matching
+// lockstore.ErrLockLost, when the session no longer does (its backend
+// terminated, the connection lost), or when no check has confirmed it
+// within Config.LeaseBound (the server or the network went silent). So fn
+// hears of a loss within LeaseBound. fn's ctx is also cancelled, with a
+// cause matching lockstore.ErrClosed, when the store closes; one still
+// running after Config.Timeout then has its connection closed, which frees
+// the lock. fn should watch ctx.Done and stop: after a loss another node
+// may already run the job, with a greater token.
 //
 // When fn returns (or panics) Exclusive runs pg_advisory_unlock, checks
 // that it freed the lock, and closes the connection either way. It returns
@@ -44,14 +59,17 @@ import (
 //
 //	n, err := postgres.Exclusive(ctx, store, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
 //		func(ctx context.Context, conn *pgx.Conn) (int64, error) {
-//			tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed' WHERE ends_at < now() AND state = 'open'")
+//			token, _ := lockstore.TokenFrom(ctx)
+//			tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed', token = $1 "+
+//				"WHERE ends_at < now() AND state = 'open' AND token <= $1", token)
 //			return tag.RowsAffected(), err
 //		})
 //
 // Inside an open transaction carried by ctx (see Serialize and WithTx),
-// Exclusive is Serialize: it takes key's lock on that transaction and fn
-// gets the transaction's connection. Inside an Exclusive on the same store
-// and key, however deep, it runs fn at once on that call's connection.
+// Exclusive is Serialize: it takes key's lock on that transaction, in a
+// savepoint, and fn gets the transaction's connection. Inside an Exclusive
+// on the same store and key, however deep, it runs fn at once on that
+// call's connection, with that call's token.
 func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) (T, error)) (T, error) {
 	var zero T
 	id, err := s.precheck("Exclusive", key, fn == nil)
@@ -64,7 +82,7 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 		})
 	}
 	if xs := exclusiveHolding(ctx, s, id); xs != nil {
-		return fn(ctx, xs.conn)
+		return fn(lockstore.ContextWithToken(ctx, xs.token), xs.conn)
 	}
 
 	h, fctx, err := s.beginExclusive(ctx, key, id)
@@ -85,124 +103,110 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 // exclusiveHold is one held session lock of Exclusive. It holds id's turn
 // in s.serial from beginExclusive until end, which passes it on once.
 type exclusiveHold struct {
-	s    *Store
-	key  lockstore.Key
-	id   LockID
-	conn *pgx.Conn
-	pid  uint32
+	s     *Store
+	call  *call // its ctx is fn's; the watcher and Close stop it
+	key   lockstore.Key
+	id    LockID
+	conn  *pgx.Conn
+	pid   uint32
+	token int64
 
-	cancel    context.CancelCauseFunc // cancels fn's ctx
-	stop      context.CancelFunc      // stops the watch
-	watchDone chan struct{}
-	lost      error // set by the watch before watchDone closes
+	// confirmed is when the last check that found the session holding the
+	// lock was sent (at first, when the lock was granted). The watcher
+	// reads and writes it under its mutex.
+	confirmed time.Time
 	ended     bool
 }
 
 // beginExclusive takes the node-local mutex and a dedicated connection,
-// waits for id's session lock on it and starts the watch.
+// waits for id's session lock on it, draws the token and has the watcher
+// check the lock.
 func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID) (*exclusiveHold, context.Context, error) {
-	if err := s.serial.take(ctx, s.ctx.Done(), id); err != nil {
-		return nil, nil, fmt.Errorf("postgres: Exclusive %q: waiting for this node's turn: %w", key, err)
-	}
-	fail := func(err error) (*exclusiveHold, context.Context, error) {
-		s.serial.pass(id)
+	c, err := s.calls.start(ctx)
+	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: Exclusive %q: %w", key, err)
+	}
+	if err := s.serial.take(c.ctx, s.ctx.Done(), id); err != nil {
+		c.end()
+		return nil, nil, fmt.Errorf("postgres: Exclusive %q: waiting for this node's turn: %w", key, c.stopCause(err))
+	}
+	var conn *pgx.Conn
+	fail := func(err error) (*exclusiveHold, context.Context, error) {
+		if conn != nil {
+			// The connection never goes back to a pool: closing it frees
+			// the lock if it was granted.
+			closeConn(conn)
+		}
+		s.serial.pass(id)
+		c.end()
+		return nil, nil, fmt.Errorf("postgres: Exclusive %q: %w", key, c.stopCause(err))
 	}
 	if err := s.checkOpen(); err != nil {
 		return fail(err)
 	}
-	pooled, err := s.pool.Acquire(ctx)
+	pooled, err := s.pool.Acquire(c.ctx)
 	if err != nil {
 		return fail(fmt.Errorf("acquire a connection: %w", err))
 	}
-	conn := pooled.Hijack()
+	conn = pooled.Hijack()
+	if err := c.use(conn.PgConn().Conn()); err != nil {
+		return fail(err)
+	}
+	token, err := s.sessionLock(c.ctx, conn, id)
+	if err != nil {
+		return fail(err)
+	}
+
+	h := &exclusiveHold{s: s, call: c, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), token: token, confirmed: time.Now()}
+	if err := s.calls.watch(s, h); err != nil {
+		return fail(err)
+	}
+	fctx := lockstore.ContextWithToken(c.ctx, token)
+	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, token: token, conn: conn}), nil
+}
+
+// sessionLock waits for id's session lock on conn and draws a token in the
+// same message. When the token comes back NULL (the epoch is not live, see
+// epoch.go) it bumps the epoch on conn, which is outside any transaction,
+// and draws again. On error the caller closes conn.
+func (s *Store) sessionLock(ctx context.Context, conn *pgx.Conn, id LockID) (int64, error) {
+	q := s.serialSQL()
 	timeout, bounded := lockTimeout(ctx)
-	if _, err := conn.Exec(ctx, sessionLockSQL(id, timeout, bounded)); err != nil {
-		cctx, cancel := s.cleanupContext()
-		_ = conn.Close(cctx)
-		cancel()
-		return fail(fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded)))
+	results, err := conn.PgConn().Exec(ctx, sessionLockSQL(q, id, timeout, bounded, s.cfg.StatementTimeout)).ReadAll()
+	var token *int64
+	if err == nil {
+		token, err = tokenResult(results)
 	}
-
-	h := &exclusiveHold{s: s, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), watchDone: make(chan struct{})}
-	fctx, cancel := context.WithCancelCause(ctx)
-	h.cancel = cancel
-	watchCtx, stop := context.WithCancel(context.Background())
-	h.stop = stop
-	go h.watch(watchCtx)
-	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, conn: conn}), nil
-}
-
-// exclusiveCheckFailures is how many checks in a row may fail to tell
-// whether the session holds the lock before Exclusive gives it up as lost.
-const exclusiveCheckFailures = 2
-
-// watch checks every KeepAlive, through the pool, that the session still
-// holds the lock, and cancels fn's ctx when it does not, when it cannot
-// tell exclusiveCheckFailures times in a row, or when the store closes.
-func (h *exclusiveHold) watch(ctx context.Context) {
-	defer close(h.watchDone)
-	ticker := time.NewTicker(h.s.cfg.KeepAlive)
-	defer ticker.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.s.ctx.Done():
-			h.lose(fmt.Errorf("%w while the job ran", lockstore.ErrClosed))
-			return
-		case <-ticker.C:
+	if err != nil {
+		return 0, fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded))
+	}
+	if token == nil {
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+		if _, err := s.bumpEpoch(bctx, conn); err != nil {
+			return 0, err
 		}
-		held, err := h.s.sessionHolds(ctx, h.pid, h.id)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil && held:
-			failures = 0
-		case err == nil:
-			h.lose(fmt.Errorf("%w: the session (backend pid %d) no longer holds it", lockstore.ErrLockLost, h.pid))
-			return
-		default:
-			failures++
-			if failures >= exclusiveCheckFailures {
-				h.lose(fmt.Errorf("%w: cannot confirm that the session (backend pid %d) holds it: %w", lockstore.ErrLockLost, h.pid, err))
-				return
-			}
+		if err := conn.QueryRow(bctx, q.token).Scan(&token); err != nil {
+			return 0, fmt.Errorf("draw a token: %w", err)
+		}
+		if token == nil {
+			return 0, fmt.Errorf("draw a token: %w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
 		}
 	}
-}
-
-func (h *exclusiveHold) lose(err error) {
-	h.lost = err
-	h.cancel(err)
-}
-
-// sessionHolds asks, on a pooled connection, whether backend pid holds id's
-// session lock.
-func (s *Store) sessionHolds(ctx context.Context, pid uint32, id LockID) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	var held bool
-	err := s.pool.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM pg_locks
-			WHERE locktype = 'advisory' AND pid = $1 AND granted
-			  AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = 2)`,
-		int64(pid), int64(id.Namespace), int64(id.ID)).Scan(&held)
-	return held, err
+	return *token, nil
 }
 
 // end stops the watch, unlocks, closes the connection and frees the
-// node-local mutex. It returns an error when the lock was lost, or could
-// not be confirmed to the end. It does nothing the second time.
+// node-local mutex. It returns an error when the lock was lost, could not
+// be confirmed to the end, or the store closed. It does nothing the second
+// time.
 func (h *exclusiveHold) end() error {
 	if h.ended {
 		return nil
 	}
 	h.ended = true
-	h.stop()
-	<-h.watchDone
+	// First, so that the watcher does not take the unlock for a loss.
+	h.s.calls.unwatch(h)
 
 	ctx, cancel := h.s.cleanupContext()
 	defer cancel()
@@ -212,11 +216,12 @@ func (h *exclusiveHold) end() error {
 	// lock if the unlock did not.
 	_ = h.conn.Close(ctx)
 	h.s.serial.pass(h.id)
-	h.cancel(context.Canceled)
+	lost := h.call.reason()
+	h.call.end()
 
 	switch {
-	case h.lost != nil:
-		return fmt.Errorf("postgres: Exclusive %q: %w", h.key, h.lost)
+	case lost != nil:
+		return fmt.Errorf("postgres: Exclusive %q: %w", h.key, lost)
 	case err != nil:
 		return fmt.Errorf("postgres: Exclusive %q: %w: unlock failed, the connection is closed: %w", h.key, lockstore.ErrLockLost, err)
 	case !unlocked:
@@ -225,16 +230,25 @@ func (h *exclusiveHold) end() error {
 	return nil
 }
 
-// sessionLockSQL waits for id's session lock. Bounded, lock_timeout is set
-// with set_config(..., true) for this message only: a simple-protocol
-// message of several statements is one implicit transaction, and the
-// setting ends with it while the session lock stays.
-func sessionLockSQL(id LockID, timeoutMS int64, bounded bool) string {
-	b := make([]byte, 0, 112)
+// sessionLockSQL waits for id's session lock, then draws a token (q.token),
+// in one message. A simple-protocol message of several statements is one
+// implicit transaction: settings made with set_config(..., true) end with
+// it while the session lock stays. Bounded, it sets lock_timeout; else
+// statement_timeout to stmtTimeout, unless one is in force already (see
+// setStatementTimeoutSQL).
+func sessionLockSQL(q *serialSQL, id LockID, timeoutMS int64, bounded bool, stmtTimeout time.Duration) string {
+	b := make([]byte, 0, 512)
 	if bounded {
 		b = append(b, "select set_config('lock_timeout', '"...)
 		b = strconv.AppendInt(b, timeoutMS, 10)
 		b = append(b, "', true); "...)
+	} else {
+		ms := strconv.AppendInt(nil, max(stmtTimeout.Milliseconds(), 1), 10)
+		b = append(b, strings.Replace(setStatementTimeoutSQL, "$1", "'"+string(ms)+"'", 1)...)
+		b = append(b, "; "...)
 	}
-	return string(appendLockCall(b, "pg_advisory_lock", id))
+	b = appendLockCall(b, "pg_advisory_lock", id)
+	b = append(b, "; "...)
+	b = append(b, q.token...)
+	return string(b)
 }

@@ -90,9 +90,9 @@ const fenceSchema = `
 CREATE TABLE fence (key text PRIMARY KEY, token bigint NOT NULL, node int NOT NULL);
 CREATE TABLE fence_history (seq bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL, node int NOT NULL);`
 
-// fencedWrite writes for token, unless a higher token wrote the key: the
+// fencedWriteSQL writes for token, unless a higher token wrote the key: the
 // write a resource that fences stale holders makes.
-const fencedWrite = `
+const fencedWriteSQL = `
 WITH w AS (
 	INSERT INTO fence AS f (key, token, node) VALUES ($1, $2, $3)
 	ON CONFLICT (key) DO UPDATE SET token = excluded.token, node = excluded.node WHERE f.token <= excluded.token
@@ -176,7 +176,7 @@ writes:
 		default:
 		}
 		wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		tag, err := resource.Exec(wctx, fencedWrite, key, h.token, node)
+		tag, err := resource.Exec(wctx, fencedWriteSQL, key, h.token, node)
 		wcancel()
 		if err != nil {
 			t.Errorf("fenced write: %v", err)

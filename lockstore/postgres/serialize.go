@@ -22,10 +22,10 @@ import (
 // A node's own callers for one key first queue on a node-local mutex (first
 // come first served), so only one of them at a time holds a pooled
 // connection; the others wait in Go and never drain the pool. The one at
-// the head takes a pooled connection and sends BEGIN and the lock in one
-// round trip; with fn doing nothing, Serialize costs two round trips (that
-// one and COMMIT), where Begin, SELECT pg_advisory_xact_lock and Commit
-// cost three.
+// the head takes a pooled connection and sends BEGIN, the transaction's
+// timeout, the lock and the draw of a fencing token in one round trip; with
+// fn doing nothing, Serialize costs two round trips (that one and COMMIT),
+// where Begin, SELECT pg_advisory_xact_lock and Commit cost three.
 //
 // ctx bounds the wait. Its deadline, when it has one, becomes the
 // transaction's lock_timeout, set a little under the deadline so that the
@@ -34,37 +34,70 @@ import (
 // lockstore.ErrTimeout and context.DeadlineExceeded, one the server's own
 // lock_timeout ends matches lockstore.ErrTimeout. The lock_timeout holds
 // for the whole transaction, so fn's own lock waits end by the deadline too.
-// A wait that ctx ends returns an error matching ctx's error.
+// A wait that ctx ends returns an error matching ctx's error. Without a
+// deadline, the transaction's statement_timeout is Config.StatementTimeout
+// (default 30s), set in the same round trip unless a statement_timeout is
+// in force already (the server's, the role's, the pool's), so that no
+// statement of the transaction, the lock wait and fn's own included, holds
+// its pooled connection for ever: a lock wait it ends returns an error
+// matching lockstore.ErrTimeout.
 //
-// fn gets a ctx that carries the transaction. When fn returns an error or
-// panics, the transaction rolls back: the error comes back as is, joined
-// with the rollback's error if that failed too, and a panic goes on after
-// the rollback. When ctx is done by the time fn returns, the transaction
-// rolls back too. A failed commit comes back wrapped. On any error the
-// result is T's zero value.
+// fn gets a ctx that carries the transaction and the fencing token of
+// key's lock (lockstore.TokenFrom), drawn from the store's sequence once
+// the lock is granted, in the same round trip: greater than every token
+// drawn before on any node, Locker grants included. (After a crash of the
+// server, the first Serialize to draw a token finds the epoch not live,
+// see epoch.go: it rolls back, bumps the epoch and begins again, once.)
+// When fn returns an error or panics, the transaction rolls back: the
+// error comes back as is, joined with the rollback's error if that failed
+// too, and a panic goes on after the rollback. When ctx is done by the time
+// fn returns, the transaction rolls back too. A failed commit comes back
+// wrapped. On any error the result is T's zero value. fn's ctx is
+// cancelled when Serialize returns.
+//
+// Close stops a running Serialize: fn's ctx is cancelled with a cause
+// matching lockstore.ErrClosed, the transaction rolls back instead of
+// committing (the error matches lockstore.ErrClosed), and one whose fn is
+// still running after Config.Timeout has its connection closed, which
+// ends the transaction on the server. A call waiting for the node-local
+// mutex, a connection or the server fails with an error matching
+// lockstore.ErrClosed.
 //
 // # Nesting
 //
 // Inside an open transaction carried by ctx (one opened by Serialize on
 // this Store, or the caller's own attached with WithTx), Serialize skips
 // the node-local mutex, which could deadlock a caller waiting for a key
-// while holding a transaction, and takes key's lock on that transaction
-// (once: the same key again costs nothing), inside a savepoint, so that a
-// wait that fails (lock_timeout, ErrTimeout) leaves that transaction usable.
-// The lock is released when the outermost transaction ends. fn's error comes back as is; the outermost fn
-// decides whether the transaction commits. Inside a call of Exclusive on
-// this Store, the transaction runs on Exclusive's connection (on the
-// connection of the enclosing call that holds key, when calls nest), and a
-// key that an enclosing Exclusive holds is never waited for again.
+// while holding a transaction, and runs fn in a savepoint of that
+// transaction, taking key's lock in it unless the transaction holds it
+// already. A new key gets a token of its own; the same key again reuses
+// its lock and token. A nested call costs two round trips: the savepoint
+// (with the lock and the token, for a new key) and its release.
+//
+// When the nested fn returns an error or panics, the transaction rolls back
+// to the savepoint: fn's writes, the lock taken for it and the effects
+// registered inside it (lockstore.AfterCommit, deeper calls included) are
+// dropped, whatever the enclosing fn does next, and the transaction stays
+// usable; a lock wait that fails (lock_timeout, ErrTimeout) does the same.
+// fn's error comes back as is. When fn succeeds but leaves the transaction
+// aborted (it swallowed a server error), the release fails, the savepoint
+// is rolled back all the same and the error says so. The locks are
+// released when the outermost transaction ends, and the outermost fn
+// decides whether it commits.
+//
+// Inside a call of Exclusive on this Store, the transaction runs on
+// Exclusive's connection (on the connection of the enclosing call that
+// holds key, when calls nest, and with that call's token), and a key that
+// an enclosing Exclusive holds is never waited for again.
 //
 // # Effects
 //
 // Serialize is a lockstore.AfterCommit scope: functions registered with
 // lockstore.AfterCommit(ctx, f) anywhere inside the outermost Serialize,
-// nested calls included, run once it has committed and released its
-// connection and its node-local mutex, in the order they were registered;
-// they never run when it rolls back. Keep fn to database work: anything
-// slow in it holds the lock.
+// nested calls included (unless they rolled back to their savepoint), run
+// once it has committed and released its connection and its node-local
+// mutex, in the order they were registered; they never run when it rolls
+// back. Keep fn to database work: anything slow in it holds the lock.
 //
 //	balance, err := postgres.Serialize(ctx, store, lockstore.Key{Namespace: "account", ID: id},
 //		func(ctx context.Context, tx pgx.Tx) (int64, error) {
@@ -90,10 +123,7 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 		return zero, err
 	}
 	if sc := txScopeFor(ctx, s); sc != nil {
-		if err := sc.lock(ctx, s, key, id); err != nil {
-			return zero, err
-		}
-		return fn(ctx, sc.tx)
+		return nestedSerialize(ctx, s, sc, key, id, fn)
 	}
 
 	st, fctx, err := s.beginSerial(ctx, key, id)
@@ -135,6 +165,7 @@ func (s *Store) precheck(op string, key lockstore.Key, nilFn bool) (LockID, erro
 // serialTxn is one outermost transaction of Serialize.
 type serialTxn struct {
 	s       *Store
+	call    *call
 	key     lockstore.Key
 	id      LockID
 	turn    bool            // id's turn in s.serial is held
@@ -149,71 +180,128 @@ type serialTxn struct {
 // beginSerial takes the node-local mutex and a connection, and opens the
 // transaction holding id's lock. It returns the ctx fn runs with.
 func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (*serialTxn, context.Context, error) {
-	st := &serialTxn{s: s, key: key, id: id}
+	c, err := s.calls.start(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: Serialize %q: %w", key, err)
+	}
+	st := &serialTxn{s: s, call: c, key: key, id: id}
+	fail := func(what string, err error) (*serialTxn, context.Context, error) {
+		st.release()
+		c.end()
+		return nil, nil, fmt.Errorf("postgres: Serialize %q: %s%w", key, what, c.stopCause(err))
+	}
 	// Inside Exclusive calls, the transaction runs on the connection of the
-	// one that holds id, whose session makes the xact lock a formality and
-	// whose call holds id's node-local mutex already; else on the innermost
-	// one's.
-	xs := exclusiveHolding(ctx, s, id)
+	// one that holds id, whose session makes the xact lock a formality, whose
+	// token it keeps and whose call holds id's node-local mutex already;
+	// else on the innermost one's.
+	holder := exclusiveHolding(ctx, s, id)
+	xs := holder
 	if xs == nil {
 		xs = exclusiveScopeFor(ctx, s)
 	}
 	if xs == nil || xs.id != id {
-		if err := s.serial.take(ctx, s.ctx.Done(), id); err != nil {
-			return nil, nil, fmt.Errorf("postgres: Serialize %q: waiting for this node's turn: %w", key, err)
+		if err := s.serial.take(c.ctx, s.ctx.Done(), id); err != nil {
+			return fail("waiting for this node's turn: ", err)
 		}
 		st.turn = true
 	}
 	if err := s.checkOpen(); err != nil {
-		st.release()
-		return nil, nil, fmt.Errorf("postgres: Serialize %q: %w", key, err)
+		return fail("", err)
 	}
 	if xs != nil {
 		xs.mu.Lock()
 		st.xs, st.conn = xs, xs.conn
 	} else {
-		c, err := s.pool.Acquire(ctx)
+		pc, err := s.pool.Acquire(c.ctx)
 		if err != nil {
-			st.release()
-			return nil, nil, fmt.Errorf("postgres: Serialize %q: acquire a connection: %w", key, err)
+			return fail("acquire a connection: ", err)
 		}
-		st.pooled, st.conn = c, c.Conn()
+		st.pooled, st.conn = pc, pc.Conn()
+		if err := c.use(st.conn.PgConn().Conn()); err != nil {
+			return fail("", err)
+		}
 	}
 
-	timeout, bounded := lockTimeout(ctx)
-	tx, err := beginLocked(ctx, st.conn, id, timeout, bounded)
-	if err != nil {
-		err = lockWaitError(ctx, err, bounded)
-		if tx != nil && !st.conn.IsClosed() && st.conn.PgConn().TxStatus() != 'I' {
-			// The transaction began but the lock failed: roll it back so
-			// that the connection goes back to the pool usable.
-			rctx, cancel := s.cleanupContext()
-			if rbErr := tx.Rollback(rctx); rbErr != nil {
-				err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
-			}
-			cancel()
-		}
-		st.release()
-		return nil, nil, fmt.Errorf("postgres: Serialize %q: take the lock: %w", key, err)
+	var token int64
+	if holder != nil {
+		token = holder.token
+		err = st.begin(c.ctx, nil)
+	} else {
+		err = st.begin(c.ctx, &token)
 	}
-	st.tx = tx
-	fctx, effects := lockstore.NewEffects(ctx)
+	if err != nil {
+		return fail("take the lock: ", err)
+	}
+	fctx, effects := lockstore.NewEffects(c.ctx)
 	st.effects = effects
-	fctx = withTxScope(fctx, &txScope{store: s, tx: tx, held: map[LockID]struct{}{id: {}}})
+	fctx = lockstore.ContextWithToken(fctx, token)
+	fctx = withTxScope(fctx, &txScope{store: s, tx: st.tx, held: map[LockID]int64{id: token}})
 	return st, fctx, nil
 }
 
+// begin opens the transaction holding st.id's lock on st.conn and, when
+// token is not nil, draws a fencing token into it. A token that comes back
+// NULL (the epoch is not live: the server crashed since the last bump, see
+// epoch.go) is never handed out: begin rolls back, bumps the epoch on the
+// connection and tries once more.
+func (st *serialTxn) begin(ctx context.Context, token *int64) error {
+	timeout, bounded := lockTimeout(ctx)
+	for attempt := 0; ; attempt++ {
+		tx, live, err := beginLocked(ctx, st.conn, st.s.serialSQL(), st.id, timeout, bounded, st.s.cfg.StatementTimeout, token)
+		if err != nil {
+			err = lockWaitError(ctx, err, bounded)
+			if tx != nil && !st.conn.IsClosed() && st.conn.PgConn().TxStatus() != 'I' {
+				// The transaction began but the lock failed: roll it back so
+				// that the connection goes back to the pool usable.
+				if rbErr := st.rollbackTx(tx); rbErr != nil {
+					err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+				}
+			}
+			return err
+		}
+		if live {
+			st.tx = tx
+			return nil
+		}
+		if err := st.rollbackTx(tx); err != nil {
+			return fmt.Errorf("roll back to bump the token epoch: %w", err)
+		}
+		if attempt > 0 {
+			return fmt.Errorf("%w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
+		}
+		bctx, cancel := context.WithTimeout(ctx, st.s.cfg.Timeout)
+		_, err = st.s.bumpEpoch(bctx, st.conn)
+		cancel()
+		if err != nil {
+			// The session may still hold the bump's lock: it must end.
+			closeConn(st.conn)
+			return err
+		}
+	}
+}
+
+// rollbackTx rolls back tx, bounded by cleanupContext.
+func (st *serialTxn) rollbackTx(tx pgx.Tx) error {
+	ctx, cancel := st.s.cleanupContext()
+	defer cancel()
+	return tx.Rollback(ctx)
+}
+
 // commit commits, releases the connection and the node-local mutex, then
-// runs the effects. When ctx is already done it rolls back instead.
+// runs the effects. When ctx is already done, or the call was stopped
+// (Close), it rolls back instead.
 func (st *serialTxn) commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
+		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
+	}
+	if err := st.call.reason(); err != nil {
 		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
 	}
 	err := st.tx.Commit(ctx)
 	st.ended = true
 	st.release()
 	if err != nil {
-		return fmt.Errorf("postgres: Serialize %q: commit: %w", st.key, err)
+		return fmt.Errorf("postgres: Serialize %q: commit: %w", st.key, st.call.stopCause(err))
 	}
 	st.effects.Run()
 	return nil
@@ -229,18 +317,19 @@ func (st *serialTxn) rollback(fnErr error) error {
 	return fnErr
 }
 
-// end rolls back and releases unless commit or rollback did already.
+// end rolls back and releases unless commit or rollback did already, and
+// ends the call: fn's ctx is cancelled once Serialize returns (after the
+// effects ran).
 func (st *serialTxn) end() {
 	if !st.ended {
 		_ = st.rollbackAndRelease()
 	}
+	st.call.end()
 }
 
 func (st *serialTxn) rollbackAndRelease() error {
 	st.ended = true
-	ctx, cancel := st.s.cleanupContext()
-	defer cancel()
-	err := st.tx.Rollback(ctx)
+	err := st.rollbackTx(st.tx)
 	if errors.Is(err, pgx.ErrTxClosed) {
 		err = nil
 	}
@@ -252,6 +341,9 @@ func (st *serialTxn) rollbackAndRelease() error {
 // still in a transaction) and the node-local mutex.
 func (st *serialTxn) release() {
 	if st.pooled != nil {
+		if st.call.released() {
+			closeConn(st.conn)
+		}
 		st.pooled.Release()
 		st.pooled = nil
 	}
@@ -271,54 +363,28 @@ func (s *Store) cleanupContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.cfg.Timeout)
 }
 
-// lock takes id's lock on the scope's transaction unless it holds it, or
-// an Exclusive call of s that ctx runs in holds it.
-func (sc *txScope) lock(ctx context.Context, s *Store, key lockstore.Key, id LockID) error {
-	if sc.tx == nil {
-		return fmt.Errorf("postgres: Serialize %q: WithTx was given a nil transaction", key)
-	}
-	if sc.holds(id) {
-		return nil
-	}
-	if exclusiveHolding(ctx, s, id) != nil {
-		// An enclosing Exclusive's session holds id, maybe on another
-		// connection than the transaction's: the call chain has the key
-		// already, and waiting for it from this transaction would wait for
-		// that call for ever.
-		return nil
-	}
-	timeout, bounded := lockTimeout(ctx)
-	if _, err := sc.tx.Exec(ctx, nestedLockSQL(id, timeout, bounded)); err != nil {
-		err = lockWaitError(ctx, err, bounded)
-		if conn := sc.tx.Conn(); conn != nil && !conn.IsClosed() {
-			// The wait failed on the server: undo it, so that the outer
-			// transaction stays usable (its fn decides what comes next).
-			rctx, cancel := s.cleanupContext()
-			if _, rbErr := conn.Exec(rctx, rollbackNestedLockSQL); rbErr != nil {
-				err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
-			}
-			cancel()
-		}
-		return fmt.Errorf("postgres: Serialize %q: take the lock in the open transaction: %w", key, err)
-	}
-	sc.took(id)
-	return nil
-}
-
-// SQLSTATE lock_not_available: a lock wait that lock_timeout ended.
-const sqlstateLockNotAvailable = "55P03"
+// SQLSTATEs of a lock wait the server ended: lock_not_available
+// (lock_timeout) and query_canceled (statement_timeout, or a cancel
+// request).
+const (
+	sqlstateLockNotAvailable = "55P03"
+	sqlstateQueryCanceled    = "57014"
+)
 
 // lockWaitError maps the error of a lock wait: lock_timeout to
 // lockstore.ErrTimeout (and context.DeadlineExceeded when the timeout came
-// from ctx's deadline), and an error caused by ctx to one matching ctx's
-// error.
+// from ctx's deadline), statement_timeout to lockstore.ErrTimeout, and an
+// error caused by ctx to one matching ctx's error.
 func lockWaitError(ctx context.Context, err error, fromDeadline bool) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlstateLockNotAvailable {
-		if fromDeadline {
-			return fmt.Errorf("%w: lock_timeout set from the ctx deadline: %w: %w", lockstore.ErrTimeout, context.DeadlineExceeded, err)
-		}
+	isPg := errors.As(err, &pgErr)
+	switch {
+	case isPg && pgErr.Code == sqlstateLockNotAvailable && fromDeadline:
+		return fmt.Errorf("%w: lock_timeout set from the ctx deadline: %w: %w", lockstore.ErrTimeout, context.DeadlineExceeded, err)
+	case isPg && pgErr.Code == sqlstateLockNotAvailable:
 		return fmt.Errorf("%w: the server's lock_timeout: %w", lockstore.ErrTimeout, err)
+	case isPg && pgErr.Code == sqlstateQueryCanceled && ctx.Err() == nil:
+		return fmt.Errorf("%w: statement_timeout (Config.StatementTimeout, or one set on the server): %w", lockstore.ErrTimeout, err)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("%w: %w", ctxErr, err)
@@ -352,51 +418,96 @@ func lockTimeout(ctx context.Context) (int64, bool) {
 	return max(ms, 1), true
 }
 
-// SQL of beginLocked's batch.
+// serialSQL are the statements of Serialize and Exclusive that name the
+// store's schema, built once (Store.serialSQL).
+type serialSQL struct {
+	// token draws a fencing token, NULL when the epoch is not live (see
+	// epoch.go).
+	token string
+}
+
+// serialSQL returns the store's serialSQL.
+func (s *Store) serialSQL() *serialSQL {
+	s.calls.sqlOnce.Do(func() {
+		s.calls.sql = serialSQL{token: "select " + s.liveTokenSQL()}
+	})
+	return &s.calls.sql
+}
+
+// Statements of beginLocked's batch.
 const (
 	setLockTimeoutSQL = "select set_config('lock_timeout', $1, true)"
-	xactLockSQL       = "select pg_advisory_xact_lock($1, $2)"
+	// setStatementTimeoutSQL sets the transaction's statement_timeout to
+	// $1 (milliseconds, as text) unless one is in force already (the
+	// server's, the role's, the pool's), which stays.
+	setStatementTimeoutSQL = "select set_config('statement_timeout', $1, true) where current_setting('statement_timeout') = '0'"
+	xactLockSQL            = "select pg_advisory_xact_lock($1, $2)"
 )
 
-// beginLocked begins a transaction on conn and takes id's xact lock in one
-// round trip: a pgx batch that begins the transaction (Batch.BeginTx) and
-// queues the lock, and before it lock_timeout when bounded, all sent
-// together. Its statements are prepared and cached per connection (after
-// the first use on a connection, the batch is one round trip), and bound
-// rather than parsed, which costs the server less than a simple-protocol
-// message of the same statements. When the transaction began but the lock
-// failed, it returns the open transaction with the error, for the caller
-// to roll back.
-func beginLocked(ctx context.Context, conn *pgx.Conn, id LockID, timeoutMS int64, bounded bool) (pgx.Tx, error) {
+// beginLocked begins a transaction on conn, bounds it, takes id's xact
+// lock and, when token is not nil, draws a fencing token into it, all in
+// one round trip: a pgx batch that begins the transaction (Batch.BeginTx),
+// sets lock_timeout (bounded: from ctx's deadline) or else
+// statement_timeout (stmtTimeout), takes the lock and then draws the token,
+// so that the token is drawn once the lock is granted. Its statements are
+// prepared and cached per connection (after the first use on a connection,
+// the batch is one round trip), and bound rather than parsed, which costs
+// the server less than a simple-protocol message of the same statements.
+// live is false when the token came back NULL (the transaction is open:
+// the caller rolls back and bumps the epoch). When the transaction began
+// but the lock failed, it returns the open transaction with the error, for
+// the caller to roll back.
+func beginLocked(ctx context.Context, conn *pgx.Conn, q *serialSQL, id LockID, timeoutMS int64, bounded bool, stmtTimeout time.Duration, token *int64) (tx pgx.Tx, live bool, err error) {
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
 	if bounded {
 		b.Queue(setLockTimeoutSQL, strconv.FormatInt(timeoutMS, 10))
+	} else {
+		b.Queue(setStatementTimeoutSQL, strconv.FormatInt(max(stmtTimeout.Milliseconds(), 1), 10))
 	}
 	b.Queue(xactLockSQL, id.Namespace, id.ID)
-	br := conn.SendBatch(ctx, &b)
-	tx := br.Tx()
-	if err := br.Close(); err != nil {
-		return tx, err
+	var drawn *int64
+	if token != nil {
+		b.Queue(q.token).QueryRow(func(row pgx.Row) error { return row.Scan(&drawn) })
 	}
-	return tx, nil
+	br := conn.SendBatch(ctx, &b)
+	tx = br.Tx()
+	if err := br.Close(); err != nil {
+		return tx, false, err
+	}
+	if token == nil {
+		return tx, true, nil
+	}
+	if drawn == nil {
+		return tx, false, nil
+	}
+	*token = *drawn
+	return tx, true, nil
 }
 
-// nestedLockSavepoint guards a lock wait in an open transaction: a wait
-// that fails (lock_timeout, a cancel) rolls back to it instead of leaving
-// the transaction aborted.
-const nestedLockSavepoint = "claimbus_lock"
+// nestedSavepoint is the savepoint each nested Serialize runs in: released
+// when its fn succeeds, rolled back to when it fails. Nested calls nest
+// strictly, so one name serves them all (PostgreSQL uses the most recent
+// savepoint of a name).
+const nestedSavepoint = "claimbus_nest"
 
-// nestedLockSQL takes id's xact lock in an open transaction, inside the
-// savepoint nestedLockSavepoint, released at once when the lock is granted:
-// xact locks taken inside a released savepoint stay with the transaction.
-// Bounded, it sets lock_timeout for this wait only (SET LOCAL, which a
-// rollback to the savepoint undoes as well): it saves the transaction's
-// lock_timeout in a placeholder setting and restores it, all in one
-// message.
-func nestedLockSQL(id LockID, timeoutMS int64, bounded bool) string {
-	b := make([]byte, 0, 384)
-	b = append(b, "savepoint "+nestedLockSavepoint+"; "...)
+// SQL of nested calls (nested.go).
+const (
+	savepointSQL         = "savepoint " + nestedSavepoint
+	releaseSavepointSQL  = "release savepoint " + nestedSavepoint
+	rollbackSavepointSQL = "rollback to savepoint " + nestedSavepoint + "; release savepoint " + nestedSavepoint
+)
+
+// nestedLockSQL opens the savepoint nestedSavepoint in an open transaction,
+// takes id's xact lock in it and draws a token (q.token), all in one
+// message; the caller reads the token from its last result. Bounded, it
+// sets lock_timeout for this wait only (SET LOCAL, which a rollback to the
+// savepoint undoes as well): it saves the transaction's lock_timeout in a
+// placeholder setting and restores it. A wait that fails leaves the
+// savepoint open, for the caller to roll back to.
+func nestedLockSQL(q *serialSQL, id LockID, timeoutMS int64, bounded bool) string {
+	b := make([]byte, 0, 512)
+	b = append(b, savepointSQL+"; "...)
 	if bounded {
 		b = append(b, "select set_config('claimbus.saved_lock_timeout', current_setting('lock_timeout'), true); set local lock_timeout = "...)
 		b = strconv.AppendInt(b, timeoutMS, 10)
@@ -406,13 +517,10 @@ func nestedLockSQL(id LockID, timeoutMS int64, bounded bool) string {
 	if bounded {
 		b = append(b, "; select set_config('lock_timeout', current_setting('claimbus.saved_lock_timeout'), true)"...)
 	}
-	b = append(b, "; release savepoint "+nestedLockSavepoint...)
+	b = append(b, "; "...)
+	b = append(b, q.token...)
 	return string(b)
 }
-
-// rollbackNestedLockSQL undoes a failed nestedLockSQL: the transaction is
-// as it was before it.
-const rollbackNestedLockSQL = "rollback to savepoint " + nestedLockSavepoint + "; release savepoint " + nestedLockSavepoint
 
 // appendLockCall appends "select fn(namespace, id)".
 func appendLockCall(b []byte, fn string, id LockID) []byte {

@@ -48,7 +48,9 @@ func ExampleSerialize() {
 	}
 }
 
-// Run a periodic job once cluster-wide, stopping if the lock is lost.
+// Run a periodic job once cluster-wide, stopping if the lock is lost, and
+// fencing its writes with the lock's token, so that a run that lost the
+// lock without noticing cannot overwrite a later one's.
 func ExampleExclusive() {
 	ctx := context.Background()
 	err := withStore(ctx, func(store *postgres.Store, _ *pgxpool.Pool) error {
@@ -56,7 +58,9 @@ func ExampleExclusive() {
 			func(ctx context.Context, conn *pgx.Conn) (int64, error) {
 				// Each statement commits by itself; ctx is cancelled if this
 				// connection, and so the lock, is lost.
-				tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed' WHERE state = 'open' AND ends_at < now()")
+				token, _ := lockstore.TokenFrom(ctx)
+				tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed', token = $1 "+
+					"WHERE state = 'open' AND ends_at < now() AND token <= $1", token)
 				return tag.RowsAffected(), err
 			})
 		if err != nil {

@@ -79,6 +79,10 @@ type Store struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// calls are the running Serialize and Exclusive calls, which Close
+	// stops, and Exclusive's lock watcher (calls.go, watch.go).
+	calls calls
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	// wg counts the goroutines the store started; Close waits for them.
@@ -294,6 +298,7 @@ func (s *Store) Close() error {
 		s.closing = true
 		s.connsMu.Unlock()
 		s.cancel()
+		s.calls.closeAll(s.cfg.Timeout) // Serialize and Exclusive: stop, wait up to Timeout, then close their sockets
 		s.wg.Wait()
 	})
 	return nil

@@ -17,7 +17,7 @@ type txScope struct {
 	tx    pgx.Tx
 
 	mu   sync.Mutex
-	held map[LockID]struct{} // lock ids whose xact lock tx holds
+	held map[LockID]int64 // lock ids whose xact lock tx holds, and their tokens
 }
 
 type txScopeKey struct{}
@@ -37,32 +37,43 @@ func withTxScope(ctx context.Context, sc *txScope) context.Context {
 	return context.WithValue(ctx, txScopeKey{}, sc)
 }
 
-// holds reports whether the transaction already holds id's lock.
-func (sc *txScope) holds(id LockID) bool {
+// token returns the token of id's lock, and whether the transaction holds
+// it.
+func (sc *txScope) token(id LockID) (int64, bool) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	_, ok := sc.held[id]
-	return ok
+	t, ok := sc.held[id]
+	return t, ok
 }
 
-// took records that the transaction now holds id's lock.
-func (sc *txScope) took(id LockID) {
+// took records that the transaction now holds id's lock, with token.
+func (sc *txScope) took(id LockID, token int64) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.held == nil {
-		sc.held = make(map[LockID]struct{})
+		sc.held = make(map[LockID]int64)
 	}
-	sc.held[id] = struct{}{}
+	sc.held[id] = token
+}
+
+// forget records that the transaction no longer holds id's lock: the
+// savepoint it was taken in was rolled back.
+func (sc *txScope) forget(id LockID) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	delete(sc.held, id)
 }
 
 // WithTx returns a ctx that carries tx, a transaction the caller opened and
 // will end, and the effects registered in it with lockstore.AfterCommit.
 //
 // Serialize and Exclusive called with the returned ctx (on any Store of
-// tx's database) run inside tx: they skip the node-local mutex, take the
-// key's pg_advisory_xact_lock on tx (once per key: the same key again costs
-// nothing) and leave the commit to the caller. The locks are released when
-// tx ends. Attach only a transaction on the database the stores lock on.
+// tx's database) run inside tx, as nested calls do (see Serialize,
+// Nesting): each runs its fn in a savepoint of tx, skips the node-local
+// mutex, takes the key's pg_advisory_xact_lock on tx (once per key: the same
+// key again reuses the lock and its token) and leaves the commit to the
+// caller. The locks are released when tx ends. Attach only a transaction on
+// the database the stores lock on.
 //
 // The effects belong to the caller's transaction: lockstore.AfterCommit
 // inside the returned ctx registers into effects instead of running at
@@ -93,6 +104,7 @@ func WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects
 type exclusiveScope struct {
 	store  *Store
 	id     LockID
+	token  int64 // the fencing token of the session lock
 	conn   *pgx.Conn
 	parent *exclusiveScope // the enclosing Exclusive call (any store), or nil
 	mu     sync.Mutex      // one Serialize at a time on conn

@@ -77,8 +77,12 @@
 //		})
 //
 // Calls nest: inside an open transaction (Serialize's own, or the caller's
-// attached with WithTx) Serialize joins it without waiting for a lock.
-// Effects registered with lockstore.AfterCommit run after the outermost
-// commit, never after a rollback. Exclusive holds the lock without a
-// transaction, for a job whose writes commit one by one.
+// attached with WithTx) Serialize joins it without waiting for a lock, in a
+// savepoint that a failing fn rolls back to. Effects registered with
+// lockstore.AfterCommit run after the outermost commit, never after a
+// rollback (nor after their nested call rolled back to its savepoint).
+// Exclusive holds the lock without a transaction, for a job whose writes
+// commit one by one. Both give fn a fencing token (lockstore.TokenFrom)
+// that rises across restarts of the store on the file: New keeps its
+// high-water mark in the table claimbus_token.
 package sqlite

@@ -43,7 +43,9 @@ func failStore(t *testing.T) *Store {
 	mem, err := lockstore.NewMemory(lockstore.MemoryConfig{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, mem.Close()) })
-	return &Store{db: db, mem: mem, gate: make(chan struct{}, 1)}
+	// Tokens reserved in memory only: the driver has no table to keep them.
+	tokens := &tokenSource{db: db, next: 1, limit: 1 << 62, block: tokenBlock}
+	return &Store{db: db, mem: mem, tokens: tokens, gate: make(chan struct{}, 1)}
 }
 
 func TestRollbackErrorComesBackWrapped(t *testing.T) {

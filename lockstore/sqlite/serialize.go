@@ -25,7 +25,11 @@ import (
 // error matching ctx's error, and when ctx is done before the commit, the
 // transaction rolls back.
 //
-// fn gets a ctx that carries the transaction. When fn returns an error or
+// fn gets a ctx that carries the transaction and a fencing token
+// (lockstore.TokenFrom), drawn once the write lock is taken: greater than
+// every token Serialize and Exclusive handed out before on this database
+// file, across restarts of the store (the tokens' high-water mark is kept
+// in the table claimbus_token, see New). When fn returns an error or
 // panics, the transaction rolls back: the error comes back as is, joined
 // with the rollback's error (wrapped) if that failed too, and a panic goes
 // on after the rollback and the release. When the store ends the lock
@@ -37,21 +41,26 @@ import (
 //
 // Inside an open transaction carried by ctx (one opened by Serialize on
 // this Store, or the caller's own attached with WithTx), Serialize runs fn
-// on that transaction at once, taking no lock: the caller holds SQLite's
-// write lock, which excludes every other writer whatever the key, and
-// waiting for a key while holding it could deadlock. fn's error comes back
-// as is; the outermost fn decides whether the transaction commits. Inside
-// Exclusive on the same key, Serialize does not wait for the lock
-// Exclusive holds.
+// on that transaction at once, in a savepoint, taking no lock: the caller
+// holds SQLite's write lock, which excludes every other writer whatever
+// the key, and waiting for a key while holding it could deadlock. The same
+// key again reuses its token in the transaction; another key gets a new
+// one. When fn returns an error or panics, the transaction rolls back to
+// the savepoint: fn's writes and the effects registered inside it
+// (lockstore.AfterCommit, deeper calls included) are dropped, whatever the
+// enclosing fn does next; fn's error comes back as is. When fn succeeds
+// the savepoint is released. The outermost fn decides whether the
+// transaction commits. Inside Exclusive on the same key, Serialize does not
+// wait for the lock Exclusive holds, and uses its token.
 //
 // # Effects
 //
 // Serialize is a lockstore.AfterCommit scope: functions registered with
 // lockstore.AfterCommit(ctx, f) anywhere inside the outermost Serialize,
-// nested calls included, run once it has committed and released its lock,
-// in the order they were registered; they never run when it rolls back.
-// Keep fn to database work: anything slow in it holds the database's only
-// write lock.
+// nested calls included (unless they rolled back to their savepoint), run
+// once it has committed and released its lock, in the order they were
+// registered; they never run when it rolls back. Keep fn to database work:
+// anything slow in it holds the database's only write lock.
 //
 // Bad input (a nil store or fn, an invalid key) gets an error at once, one
 // matching lockstore.ErrInvalidKey for a key; a closed store gets one
@@ -63,7 +72,7 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	}
 	defer s.exit()
 	if sc := txScopeFor(ctx, s); sc != nil {
-		return fn(ctx, sc.tx)
+		return nestedSerialize(ctx, s, sc, key, fn)
 	}
 	st, fctx, err := s.begin(ctx, key)
 	if err != nil {
@@ -111,10 +120,13 @@ type serialTxn struct {
 }
 
 // begin takes key's lock (unless an enclosing Exclusive holds it), the
-// write gate and a transaction, and returns the ctx fn runs in.
+// write gate and a transaction, draws the token (an enclosing Exclusive's
+// on key, else a new one, once the write lock is taken) and returns the
+// ctx fn runs in.
 func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, context.Context, error) {
 	st := &serialTxn{s: s, key: key}
-	if !holdsExclusive(ctx, s, key) {
+	holder := exclusiveHolding(ctx, s, key)
+	if holder == nil {
 		l, err := s.mem.Lock(ctx, key)
 		if err != nil {
 			return nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the lock: %w", key, err)
@@ -127,16 +139,31 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, conte
 		st.releaseLock()
 		return nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the write gate: %w", key, ctx.Err())
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+	fail := func(err error) (*serialTxn, context.Context, error) {
 		<-s.gate
 		st.releaseLock()
-		return nil, nil, beginError(ctx, "Serialize", key, err)
+		return nil, nil, err
+	}
+	// Before the transaction: a reservation takes the write lock.
+	if err := s.tokens.refill(ctx); err != nil {
+		return fail(fmt.Errorf("sqlite: Serialize %q: %w", key, err))
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fail(beginError(ctx, "Serialize", key, err))
 	}
 	st.tx = tx
+	var token int64
+	if holder != nil {
+		token = holder.token
+	} else if token, err = s.tokens.draw(); err != nil {
+		_ = tx.Rollback()
+		return fail(fmt.Errorf("sqlite: Serialize %q: %w", key, err))
+	}
 	fctx, effects := lockstore.NewEffects(ctx)
 	st.effects = effects
-	return st, context.WithValue(fctx, txScopeKey{}, &txScope{store: s, tx: tx}), nil
+	fctx = lockstore.ContextWithToken(fctx, token)
+	return st, context.WithValue(fctx, txScopeKey{}, &txScope{store: s, tx: tx, key: key, keyToken: token, hasKey: true}), nil
 }
 
 // beginError explains a failed BEGIN IMMEDIATE.
@@ -222,13 +249,15 @@ func (st *serialTxn) lost() bool {
 // effects) by itself. fn gets the store's *sql.DB as q. SQLite is a single
 // node, so the lock alone gives the once-only guarantee.
 //
-// fn's ctx is cancelled, with a cause matching lockstore.ErrLockLost, when
-// the store ends the lock (Close, Reset, a lease that ran out); the error
-// then matches lockstore.ErrLockLost too. ctx bounds the wait for the lock.
+// fn's ctx carries a fencing token (lockstore.TokenFrom), as in Serialize.
+// It is cancelled, with a cause matching lockstore.ErrLockLost, when the
+// store ends the lock (Close, Reset, a lease that ran out); the error then
+// matches lockstore.ErrLockLost too. ctx bounds the wait for the lock.
 //
 // Inside an open transaction carried by ctx (see Serialize), Exclusive is
-// Serialize: fn runs on that transaction, given as q. Inside Exclusive or
-// Serialize on the same key, it does not wait for the lock its caller holds.
+// Serialize: fn runs on that transaction, in a savepoint, given as q.
+// Inside Exclusive or Serialize on the same key, it does not wait for the
+// lock its caller holds, and uses its caller's token.
 //
 // Bad input gets an error at once, as with Serialize.
 func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, q Querier) (T, error)) (T, error) {
@@ -238,18 +267,27 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	}
 	defer s.exit()
 	if sc := txScopeFor(ctx, s); sc != nil {
-		return fn(ctx, sc.tx)
+		return nestedSerialize(ctx, s, sc, key, func(ctx context.Context, tx *sql.Tx) (T, error) {
+			return fn(ctx, tx)
+		})
 	}
-	if holdsExclusive(ctx, s, key) {
-		return fn(ctx, s.db)
+	if holder := exclusiveHolding(ctx, s, key); holder != nil {
+		return fn(lockstore.ContextWithToken(ctx, holder.token), s.db)
 	}
 	l, err := s.mem.Lock(ctx, key)
 	if err != nil {
 		return zero, fmt.Errorf("sqlite: Exclusive %q: wait for the lock: %w", key, err)
 	}
 	defer func() { _ = l.Release(context.Background()) }()
+	if err := s.tokens.refill(ctx); err != nil {
+		return zero, fmt.Errorf("sqlite: Exclusive %q: %w", key, err)
+	}
+	token, err := s.tokens.draw()
+	if err != nil {
+		return zero, fmt.Errorf("sqlite: Exclusive %q: %w", key, err)
+	}
 
-	fctx, cancel := context.WithCancelCause(withExclusiveScope(ctx, s, key))
+	fctx, cancel := context.WithCancelCause(withExclusiveScope(lockstore.ContextWithToken(ctx, token), s, key, token))
 	defer cancel(nil)
 	lostErr := fmt.Errorf("sqlite: Exclusive %q: %w", key, lockstore.ErrLockLost)
 	done := make(chan struct{})

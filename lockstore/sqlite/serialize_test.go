@@ -213,7 +213,15 @@ func TestSerializeNesting(t *testing.T) {
 				return 0, inner
 			})
 			require.Same(t, inner, err)
-			return 0, nil // swallowed: the inner write commits
+			return 0, nil // swallowed: the inner write was rolled back to its savepoint
+		})
+		require.NoError(t, err)
+		require.Zero(t, count(t, db, "r2"))
+
+		_, err = sqlite.Serialize(ctx, s, key("r1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			return sqlite.Serialize(ctx, s, key("r2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+				return increment(ctx, tx, "r2")
+			})
 		})
 		require.NoError(t, err)
 		require.Equal(t, 1, count(t, db, "r2"))

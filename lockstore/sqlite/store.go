@@ -34,6 +34,10 @@ type Store struct {
 	path  string // the database file
 	guard *fileGuard
 
+	// tokens hands out the fencing tokens of Serialize and Exclusive (see
+	// token.go).
+	tokens *tokenSource
+
 	// gate lets one Serialize transaction at a time begin: SQLite has one
 	// writer, so the others wait here in Go, first come first served by
 	// the runtime, rather than polling in SQLite's busy handler.
@@ -60,7 +64,9 @@ var (
 // memory (no file to lock), when its transactions do not begin IMMEDIATE
 // (_txlock=immediate) or when it has no busy timeout (_busy_timeout); with
 // ErrFileLocked when another Store holds the file, under any name. ctx
-// bounds these checks.
+// bounds these checks. It creates the table claimbus_token (the fencing
+// tokens' high-water mark, see Serialize) unless it exists, and reserves a
+// block of tokens in it.
 //
 // The Store does not own db: Close leaves it open.
 func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
@@ -89,12 +95,17 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		_ = guard.release() // the error that matters is err
 		return nil, err
 	}
+	tokens, err := newTokenSource(ctx, db)
+	if err != nil {
+		_ = guard.release() // the error that matters is err
+		return nil, fmt.Errorf("sqlite: New: fencing tokens: %w", err)
+	}
 	mem, err := lockstore.NewMemory(cfg.Locks)
 	if err != nil {
 		_ = guard.release()
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
-	return &Store{db: db, mem: mem, path: path, guard: guard, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, mem: mem, path: path, guard: guard, tokens: tokens, gate: make(chan struct{}, 1)}, nil
 }
 
 // checkTransactions makes sure db's connections wait for locks (a busy

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"sync"
 
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -29,6 +30,44 @@ var (
 type txScope struct {
 	store *Store
 	tx    *sql.Tx
+
+	// key and keyToken are the outermost Serialize's key and token (not
+	// for WithTx's scope), kept apart from tokens so that a transaction
+	// without nested calls allocates no map.
+	key      lockstore.Key
+	keyToken int64
+	hasKey   bool
+
+	mu     sync.Mutex
+	tokens map[lockstore.Key]int64 // the keys nested calls drew tokens for in tx
+}
+
+// token returns key's token in the transaction, if it has one.
+func (sc *txScope) token(key lockstore.Key) (int64, bool) {
+	if sc.hasKey && key == sc.key {
+		return sc.keyToken, true
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	t, ok := sc.tokens[key]
+	return t, ok
+}
+
+// setToken records key's token in the transaction.
+func (sc *txScope) setToken(key lockstore.Key, token int64) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.tokens == nil {
+		sc.tokens = make(map[lockstore.Key]int64)
+	}
+	sc.tokens[key] = token
+}
+
+// forget drops key's token: the savepoint it was drawn in rolled back.
+func (sc *txScope) forget(key lockstore.Key) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	delete(sc.tokens, key)
 }
 
 type txScopeKey struct{}
@@ -50,26 +89,27 @@ func txScopeFor(ctx context.Context, s *Store) *txScope {
 type exclusiveScope struct {
 	store  *Store
 	key    lockstore.Key
+	token  int64
 	parent *exclusiveScope
 }
 
 type exclusiveScopeKey struct{}
 
-// holdsExclusive reports whether ctx runs inside an Exclusive call of s on
-// key.
-func holdsExclusive(ctx context.Context, s *Store, key lockstore.Key) bool {
+// exclusiveHolding returns the Exclusive call of s on key that ctx runs
+// inside, however deep, or nil.
+func exclusiveHolding(ctx context.Context, s *Store, key lockstore.Key) *exclusiveScope {
 	sc, _ := ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
 	for ; sc != nil; sc = sc.parent {
 		if sc.store == s && sc.key == key {
-			return true
+			return sc
 		}
 	}
-	return false
+	return nil
 }
 
-func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key) context.Context {
+func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key, token int64) context.Context {
 	parent, _ := ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
-	return context.WithValue(ctx, exclusiveScopeKey{}, &exclusiveScope{store: s, key: key, parent: parent})
+	return context.WithValue(ctx, exclusiveScopeKey{}, &exclusiveScope{store: s, key: key, token: token, parent: parent})
 }
 
 // WithTx returns a ctx that carries tx, a transaction the caller opened (on
@@ -77,9 +117,10 @@ func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key) contex
 // effects registered in it with lockstore.AfterCommit.
 //
 // Serialize and Exclusive called with the returned ctx, on any Store, run
-// fn on tx at once: they skip the in-process lock (the caller already holds
-// SQLite's write lock, or will take it at its first write; waiting for a
-// key then could deadlock) and leave the commit to the caller.
+// fn on tx at once, in a savepoint, as nested calls do (see Serialize):
+// they skip the in-process lock (the caller already holds SQLite's write
+// lock, or will take it at its first write; waiting for a key then could
+// deadlock) and leave the commit to the caller.
 //
 // lockstore.AfterCommit inside the returned ctx registers into effects
 // instead of running at once. Call effects.Run after tx commits; on

@@ -1,0 +1,216 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// nestedSerialize is Serialize inside an open transaction sc: fn runs in a
+// savepoint of it, holding key's xact lock (taken in the savepoint unless
+// the transaction, or an enclosing Exclusive, holds it already), with key's
+// token and effects of its own.
+func nestedSerialize[T any](ctx context.Context, s *Store, sc *txScope, key lockstore.Key, id LockID, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+	var zero T
+	n, fctx, err := sc.enter(ctx, s, key, id)
+	if err != nil {
+		return zero, err
+	}
+	// On a panic in fn, end rolls back to the savepoint before the panic
+	// goes on; after release or rollback it does nothing.
+	defer n.end()
+	v, err := fn(fctx, sc.tx)
+	if err != nil {
+		return zero, n.rollback(err)
+	}
+	if err := n.release(); err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+// nestedCall is one nested Serialize, in its savepoint.
+type nestedCall struct {
+	s       *Store
+	sc      *txScope
+	key     lockstore.Key
+	id      LockID
+	took    bool // this call took id's lock: rolling back frees it
+	effects *lockstore.Effects
+	ended   bool
+}
+
+// enter opens the savepoint, takes id's lock in it unless the transaction
+// or an enclosing Exclusive of s holds it, and returns the ctx fn runs
+// with: key's token, and a nested effects scope.
+//
+// A key the transaction holds costs one round trip (the savepoint); a new
+// one costs one too (savepoint, lock and token in one message).
+func (sc *txScope) enter(ctx context.Context, s *Store, key lockstore.Key, id LockID) (*nestedCall, context.Context, error) {
+	if sc.tx == nil {
+		return nil, nil, fmt.Errorf("postgres: Serialize %q: WithTx was given a nil transaction", key)
+	}
+	n := &nestedCall{s: s, sc: sc, key: key, id: id}
+	token, held := sc.token(id)
+	if !held {
+		// An enclosing Exclusive's session holds id, maybe on another
+		// connection than the transaction's: the call chain has the key
+		// already, and waiting for it from this transaction would wait for
+		// that call for ever.
+		if xs := exclusiveHolding(ctx, s, id); xs != nil {
+			token, held = xs.token, true
+		}
+	}
+	var err error
+	if held {
+		_, err = sc.tx.Exec(ctx, savepointSQL)
+		if err != nil {
+			err = fmt.Errorf("postgres: Serialize %q: savepoint: %w", key, err)
+		}
+	} else {
+		token, err = n.lock(ctx)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fctx, effects := lockstore.NestEffects(ctx)
+	n.effects = effects
+	return n, lockstore.ContextWithToken(fctx, token), nil
+}
+
+// lock opens the savepoint, takes id's lock in it and draws a token. When
+// the token comes back NULL (the epoch is not live, see epoch.go), it bumps
+// the epoch on a connection of its own (the transaction's is inside a
+// transaction) and draws again.
+func (n *nestedCall) lock(ctx context.Context) (int64, error) {
+	s, sc := n.s, n.sc
+	conn := sc.tx.Conn()
+	q := s.serialSQL()
+	timeout, bounded := lockTimeout(ctx)
+	results, err := conn.PgConn().Exec(ctx, nestedLockSQL(q, n.id, timeout, bounded)).ReadAll()
+	var token *int64
+	if err == nil {
+		token, err = tokenResult(results)
+	}
+	if err != nil {
+		err = lockWaitError(ctx, err, bounded)
+		if !conn.IsClosed() {
+			// The wait failed on the server: undo it, so that the outer
+			// transaction stays usable (its fn decides what comes next).
+			if rbErr := n.rollbackToSavepoint(); rbErr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+			}
+		}
+		return 0, fmt.Errorf("postgres: Serialize %q: take the lock in the open transaction: %w", n.key, err)
+	}
+	// From here on, rolling back to the savepoint frees the lock.
+	n.took = true
+	if token == nil {
+		err = s.bumpEpochAside(ctx)
+		if err == nil {
+			err = sc.tx.QueryRow(ctx, q.token).Scan(&token)
+		}
+		if err == nil && token == nil {
+			err = fmt.Errorf("%w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
+		}
+		if err != nil {
+			if rbErr := n.rollbackToSavepoint(); rbErr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+			}
+			return 0, fmt.Errorf("postgres: Serialize %q: draw a token: %w", n.key, err)
+		}
+	}
+	sc.took(n.id, *token)
+	return *token, nil
+}
+
+// tokenResult reads the token from the last result of a simple-protocol
+// message: nil when it is NULL.
+func tokenResult(results []*pgconn.Result) (*int64, error) {
+	if len(results) == 0 || len(results[len(results)-1].Rows) != 1 || len(results[len(results)-1].Rows[0]) != 1 {
+		return nil, errors.New("no token in the answer")
+	}
+	v := results[len(results)-1].Rows[0][0]
+	if v == nil {
+		return nil, nil
+	}
+	t, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("token %q: %w", v, err)
+	}
+	return &t, nil
+}
+
+// bumpEpochAside bumps the token epoch on a connection of its own, opened
+// from the lock connections' configuration and closed after, for a caller
+// whose connection is inside a transaction.
+func (s *Store) bumpEpochAside(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, s.connConfig)
+	if err != nil {
+		return fmt.Errorf("connect to bump the token epoch: %w", err)
+	}
+	defer closeConn(conn)
+	_, err = s.bumpEpoch(ctx, conn)
+	return err
+}
+
+// release releases the savepoint once fn has succeeded, and merges the
+// effects registered inside into the enclosing scope. When the release
+// fails (fn left the transaction aborted, or the connection broke), it
+// rolls back to the savepoint instead and returns the error.
+func (n *nestedCall) release() error {
+	n.ended = true
+	ctx, cancel := n.s.cleanupContext()
+	_, err := n.sc.tx.Exec(ctx, releaseSavepointSQL)
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("postgres: Serialize %q: release the savepoint: %w", n.key, err)
+		if rbErr := n.rollbackToSavepoint(); rbErr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		return err
+	}
+	n.effects.Merge()
+	return nil
+}
+
+// rollback rolls back to the savepoint after fnErr, dropping fn's writes,
+// the lock this call took and the effects registered inside, and returns
+// fnErr joined with the rollback's error, if any.
+func (n *nestedCall) rollback(fnErr error) error {
+	n.ended = true
+	if err := n.rollbackToSavepoint(); err != nil {
+		return errors.Join(fnErr, fmt.Errorf("postgres: Serialize %q: rollback to savepoint: %w", n.key, err))
+	}
+	return fnErr
+}
+
+// end rolls back to the savepoint unless release or rollback did already.
+func (n *nestedCall) end() {
+	if !n.ended {
+		n.ended = true
+		_ = n.rollbackToSavepoint()
+	}
+}
+
+// rollbackToSavepoint undoes everything since the savepoint, and ends it.
+// An xact lock taken inside it is freed with it, so the transaction no
+// longer holds the lock this call took.
+func (n *nestedCall) rollbackToSavepoint() error {
+	if n.took {
+		n.sc.forget(n.id)
+		n.took = false
+	}
+	ctx, cancel := n.s.cleanupContext()
+	defer cancel()
+	_, err := n.sc.tx.Exec(ctx, rollbackSavepointSQL)
+	return err
+}
