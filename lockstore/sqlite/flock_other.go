@@ -25,3 +25,5 @@ func lockIdentity(dir string, _ fileID, _ string) (*os.File, string, error) {
 }
 
 func unlockIdentity(f *os.File, _ string) error { return f.Close() }
+
+func unlockFile(f *os.File) error { return f.Close() }

@@ -135,5 +135,20 @@ func unlockIdentity(f *os.File, path string) error {
 	if fi, err := f.Stat(); err == nil && names(path, fi) {
 		_ = os.Remove(path)
 	}
+	return unlockFile(f)
+}
+
+// unlockFile lets go of f's flock, then closes f. The explicit unlock
+// ends the lock on the open file description itself: a child process
+// forked meanwhile (by os/exec, anywhere in the process) holds a copy of
+// the descriptor until it execs, and a plain close would leave the lock
+// with that copy for that long.
+func unlockFile(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
 	return f.Close()
 }

@@ -68,7 +68,7 @@ func (g *fileGuard) release() error {
 		err = unlockIdentity(g.idLock, g.idPath)
 	}
 	if g.pathLock != nil {
-		err = errors.Join(err, g.pathLock.Close())
+		err = errors.Join(err, unlockFile(g.pathLock))
 	}
 	heldFiles.Lock()
 	delete(heldFiles.paths, g.id)

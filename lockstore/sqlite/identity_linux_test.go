@@ -27,7 +27,7 @@ func bindMount(t *testing.T, src, dst string) {
 func TestFileLockThroughBindMount(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	db, path := newDB(t)
+	db, path := newNamedDB(t)
 
 	// The database file mounted on a file of another directory, and its
 	// directory mounted on another directory: two more names of one inode.
@@ -42,8 +42,8 @@ func TestFileLockThroughBindMount(t *testing.T) {
 		"directory": filepath.Join(dirMount, filepath.Base(path)),
 	} {
 		t.Run(name, func(t *testing.T) {
+			other := openDB(t, namedDSN(open, 5*time.Second))
 			s := newStore(t, db, sqlite.Config{})
-			other := openDB(t, testDSN(open, time.Second))
 			_, err := sqlite.New(ctx, other, sqlite.Config{})
 			require.ErrorIs(t, err, sqlite.ErrFileLocked, "in this process")
 			line, _ := startHelper(t, open)

@@ -1,8 +1,10 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,14 +19,14 @@ import (
 func TestFileLockThroughHardLink(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	db, path := newDB(t)
+	db, path := newNamedDB(t)
 	first := newStore(t, db, sqlite.Config{})
 
 	// Another name of the same inode, in another directory: SQLite cannot
 	// tell it from the first.
 	link := filepath.Join(t.TempDir(), "link.db")
 	require.NoError(t, os.Link(path, link))
-	other := openDB(t, testDSN(link, time.Second))
+	other := openDB(t, namedDSN(link, time.Second))
 	_, err := sqlite.New(ctx, other, sqlite.Config{})
 	require.ErrorIs(t, err, sqlite.ErrFileLocked)
 	require.ErrorContains(t, err, link)
@@ -42,7 +44,7 @@ func TestFileLockThroughHardLink(t *testing.T) {
 func TestFileLockThroughSymlink(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	db, path := newDB(t)
+	db, path := newNamedDB(t)
 	newStore(t, db, sqlite.Config{})
 
 	dir := t.TempDir()
@@ -53,7 +55,7 @@ func TestFileLockThroughSymlink(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			require.NoError(t, os.Symlink(tt.target, tt.link))
-			other := openDB(t, testDSN(tt.open, time.Second))
+			other := openDB(t, namedDSN(tt.open, time.Second))
 			_, err := sqlite.New(ctx, other, sqlite.Config{})
 			require.ErrorIs(t, err, sqlite.ErrFileLocked)
 		})
@@ -63,7 +65,7 @@ func TestFileLockThroughSymlink(t *testing.T) {
 func TestFileLockThroughHardLinkAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	db, path := newDB(t)
+	db, path := newNamedDB(t)
 	link := filepath.Join(t.TempDir(), "link.db")
 	require.NoError(t, os.Link(path, link))
 
@@ -96,4 +98,20 @@ func TestLockDirMustExist(t *testing.T) {
 
 	// The failed New let go of what it had taken: the file is free.
 	newStore(t, db, sqlite.Config{LockDir: t.TempDir()})
+}
+
+// newNamedDB is newDB in rollback-journal mode, for the tests that open one
+// file under two names: SQLite finds a WAL by the name it opened the file
+// with, so a WAL written through one name is unreadable through another
+// (disk I/O error) once the store writes (its token table, at New). A
+// rollback journal is gone after each commit.
+func newNamedDB(t testing.TB) (*sql.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "claimbus.db")
+	return openDB(t, namedDSN(path, 5*time.Second)), path
+}
+
+// namedDSN is testDSN in rollback-journal mode (see newNamedDB).
+func namedDSN(path string, busyTimeout time.Duration) string {
+	return strings.Replace(testDSN(path, busyTimeout), "_journal_mode=WAL", "_journal_mode=DELETE", 1)
 }

@@ -18,7 +18,7 @@ import (
 func TestIdentityLockFile(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	db, path := newDB(t)
+	db, path := newNamedDB(t)
 	lockDir := t.TempDir()
 	s := newStore(t, db, sqlite.Config{LockDir: lockDir})
 
@@ -37,7 +37,7 @@ func TestIdentityLockFile(t *testing.T) {
 	// same, through a link too.
 	link := filepath.Join(t.TempDir(), "link.db")
 	require.NoError(t, os.Link(path, link))
-	_, err = sqlite.New(ctx, openDB(t, testDSN(link, time.Second)), sqlite.Config{LockDir: t.TempDir()})
+	_, err = sqlite.New(ctx, openDB(t, namedDSN(link, time.Second)), sqlite.Config{LockDir: t.TempDir()})
 	require.ErrorIs(t, err, sqlite.ErrFileLocked)
 
 	// Close removes it.
