@@ -109,6 +109,9 @@ func TestServeFlags(t *testing.T) {
 	t.Parallel()
 	valid := serveFlags{addr: "127.0.0.1:0", node: "a", db: "postgres://u@127.0.0.1:5432/db", transport: "inprocess", logLevel: "info"}
 	require.NoError(t, valid.validate())
+	withNATS := valid
+	withNATS.transport, withNATS.natsURL = "nats", "nats://127.0.0.1:4222, tls://user:pw@nats-2:4222"
+	require.NoError(t, withNATS.validate())
 
 	tests := []struct {
 		name string
@@ -124,7 +127,11 @@ func TestServeFlags(t *testing.T) {
 		{"no db", func(f *serveFlags) { f.db = "" }, []string{"-db is required"}},
 		{"db not a URL", func(f *serveFlags) { f.db = "host=x" }, []string{"postgres:// or postgresql:// URL"}},
 		{"db bad port", func(f *serveFlags) { f.db = "postgres://u@h:notaport/db" }, []string{"-db:"}},
-		{"transport", func(f *serveFlags) { f.transport = "kafka" }, []string{`-transport "kafka": want inprocess or postgres`}},
+		{"transport", func(f *serveFlags) { f.transport = "kafka" }, []string{`-transport "kafka": want inprocess, postgres or nats`}},
+		{"nats without url", func(f *serveFlags) { f.transport = "nats" }, []string{"-transport nats needs -nats-url"}},
+		{"nats url without nats", func(f *serveFlags) { f.natsURL = "nats://127.0.0.1:4222" }, []string{"-nats-url is set but -transport is \"inprocess\""}},
+		{"nats url not nats", func(f *serveFlags) { f.transport, f.natsURL = "nats", "http://127.0.0.1:4222" }, []string{"want a nats://"}},
+		{"nats url no host", func(f *serveFlags) { f.transport, f.natsURL = "nats", "nats://127.0.0.1:4222,nats://" }, []string{"no host"}},
 		{"log level", func(f *serveFlags) { f.logLevel = "loud" }, []string{`-log-level "loud"`}},
 		{"hold email", func(f *serveFlags) { f.holdEmail = "nope" }, []string{"-test-hold-email"}},
 		{"everything at once", func(f *serveFlags) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/natstransport"
 	"github.com/claimbus/claimbus/bus/sqltransport"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/example_app/app"
@@ -45,6 +47,8 @@ const (
 // serveFlags are the flags of serve.
 type serveFlags struct {
 	addr, node, db, transport, logLevel, holdEmail string
+	// natsURL is the NATS server(s) of -transport nats.
+	natsURL string
 }
 
 var nodeName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,48}$`)
@@ -69,9 +73,10 @@ func (f serveFlags) validate() error {
 	} else if _, err := pgxpool.ParseConfig(f.db); err != nil {
 		errs = append(errs, fmt.Errorf("-db: %w", err))
 	}
-	if f.transport != "inprocess" && f.transport != "postgres" {
-		errs = append(errs, fmt.Errorf("-transport %q: want inprocess or postgres", f.transport))
+	if f.transport != "inprocess" && f.transport != "postgres" && f.transport != "nats" {
+		errs = append(errs, fmt.Errorf("-transport %q: want inprocess, postgres or nats", f.transport))
 	}
+	errs = append(errs, f.validateNATS()...)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("-log-level %q: want debug, info, warn or error", f.logLevel))
@@ -84,6 +89,34 @@ func (f serveFlags) validate() error {
 	return errors.Join(errs...)
 }
 
+// validateNATS reports the problems of -nats-url: required by -transport
+// nats, refused without it, nats:// (or tls://, ws://, wss://) URLs with a
+// host, separated by commas.
+func (f serveFlags) validateNATS() []error {
+	if f.transport != "nats" {
+		if f.natsURL != "" {
+			return []error{fmt.Errorf("-nats-url is set but -transport is %q: add -transport nats, or drop -nats-url", f.transport)}
+		}
+		return nil
+	}
+	if f.natsURL == "" {
+		return []error{errors.New("-transport nats needs -nats-url: the NATS server(s), such as nats://127.0.0.1:4222")}
+	}
+	var errs []error
+	for _, s := range strings.Split(f.natsURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("-nats-url: %w", err))
+		case u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss":
+			errs = append(errs, fmt.Errorf("-nats-url %q: want a nats://, tls://, ws:// or wss:// URL", u.Redacted()))
+		case u.Host == "":
+			errs = append(errs, fmt.Errorf("-nats-url %q: no host", u.Redacted()))
+		}
+	}
+	return errs
+}
+
 // serve runs the HTTP API until ctx ends, and returns the exit code.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example_app serve", flag.ContinueOnError)
@@ -93,11 +126,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.node, "node", "", "`name` of this node, unique among the nodes of the database (required)")
 	fs.StringVar(&f.db, "db", os.Getenv("DATABASE_URL"), "PostgreSQL `URL` of the database the nodes share (default $DATABASE_URL)")
 	fs.StringVar(&f.transport, "transport", "inprocess",
-		"how commands reach their handlers: inprocess (the node that receives a request handles it) or postgres (one queue per command in the database, shared by every node)")
+		"how commands reach their handlers: inprocess (the node that receives a request handles it), postgres (one queue per command in the database, shared by every node) or nats (one JetStream queue per command, with -nats-url)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
 	// The fault tests' flag is parsed like the others, and left out of the
 	// help: it is not for people.
 	fs.Usage = usageWithout(fs, "test-hold-email")
+	fs.StringVar(&f.natsURL, "nats-url", "",
+		"with -transport nats: the NATS `URL`(s) (JetStream on), such as nats://127.0.0.1:4222, comma-separated for a cluster")
 	fs.StringVar(&f.holdEmail, "test-hold-email", "",
 		"for fault tests only: a CreateStaff of this `email` waits, holding its claim, until the node stops")
 	if err := fs.Parse(args); err != nil {
@@ -191,6 +226,17 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 		}
 		closers = append(closers, func() error { tpool.Close(); return nil })
 		tr, err := sqltransport.New(startCtx, tpool, sqltransport.Config{NodeID: f.node, Logger: wmLogger})
+		if err != nil {
+			return fmt.Errorf("transport: %w", err)
+		}
+		closers = append(closers, tr.Close)
+		bcfg = tr.BusConfig(bcfg)
+	}
+	if f.transport == "nats" {
+		// Commands and replies go through NATS JetStream; claims and locks
+		// stay in PostgreSQL. While NATS is down, commands fail with
+		// middleware.ErrUnavailable, which the API answers 503.
+		tr, err := natstransport.New(startCtx, f.natsURL, natstransport.Config{NodeID: f.node, Logger: wmLogger})
 		if err != nil {
 			return fmt.Errorf("transport: %w", err)
 		}

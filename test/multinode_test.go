@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/natstransport"
 	"github.com/claimbus/claimbus/bus/sqltransport"
 	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/internal/natstest"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
@@ -28,9 +30,30 @@ type stack struct {
 	url   string
 }
 
+// natsServers are the in-process NATS servers of -transport "nats", by the
+// dsn of the database whose nodes share one: the first such node of a
+// database starts it, for the rest of its test.
+var natsServers sync.Map // dsn → *natstest.Server
+
+// natsFor returns the URL of the NATS server of the nodes on dsn, starting
+// it for t on first use; it stops when t ends, after the nodes t started
+// since.
+func natsFor(t *testing.T, dsn string) string {
+	if srv, ok := natsServers.Load(dsn); ok {
+		return srv.(*natstest.Server).URL()
+	}
+	srv := natstest.Start(t)
+	natsServers.Store(dsn, srv)
+	t.Cleanup(func() { natsServers.Delete(dsn) })
+	return srv.URL()
+}
+
 // newStack starts a node on the database dsn names, with commands in
-// process or through bus/sqltransport. Everything closes when the test
-// ends: the HTTP server, then the bus, the transport, the store, the pools.
+// process, through bus/sqltransport ("postgres") or through
+// bus/natstransport on an in-process NATS server shared by the nodes of
+// the database ("nats"; claims and locks stay in PostgreSQL). Everything
+// closes when the test ends: the HTTP server, then the bus, the transport,
+// the store, the pools.
 func newStack(t *testing.T, dsn, name, transport string) *stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -48,6 +71,12 @@ func newStack(t *testing.T, dsn, name, transport string) *stack {
 		t.Cleanup(func() { require.NoError(t, tr.Close()) })
 		bcfg = tr.BusConfig(bus.Config{})
 	}
+	if transport == "nats" {
+		tr, err := natstransport.New(ctx, natsFor(t, dsn), natstransport.Config{NodeID: name})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, tr.Close()) })
+		bcfg = tr.BusConfig(bus.Config{})
+	}
 	node, err := app.New(ctx, app.Config{Backend: app.PostgresBackend(store), Name: name, Bus: bcfg})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, node.Close()) })
@@ -59,10 +88,11 @@ func newStack(t *testing.T, dsn, name, transport string) *stack {
 // Two nodes in one process, each with its own pool, lock store and bus,
 // share one database: 200 sign-ups of 20 addresses spread over both create
 // exactly 20 members, and the other 180 are already_taken, whether each node
-// handles its own requests or both take commands from one queue.
+// handles its own requests or both take commands from one queue (in the
+// database, or in NATS JetStream).
 func TestMultiNodeSignUpStorm(t *testing.T) {
 	t.Parallel()
-	for _, transport := range []string{"inprocess", "postgres"} {
+	for _, transport := range []string{"inprocess", "postgres", "nats"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
 			dsn := pgtest.DSN(t)
@@ -77,6 +107,29 @@ func TestMultiNodeSignUpStorm(t *testing.T) {
 			require.Zero(t, a.node.Backstops()+b.node.Backstops(), "the unique index never fired")
 		})
 	}
+}
+
+// Three nodes whose commands go through NATS JetStream, their claims and
+// rows in one PostgreSQL: 600 sign-ups of 60 addresses, all at once and
+// spread over the nodes, create exactly one member per address; every
+// other sign-up is 409 already_taken, none is a 5xx, and the unique index
+// never fires.
+func TestThreeNodeSignUpStormOverNATS(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	nodes := []*stack{newStack(t, dsn, "a", "nats"), newStack(t, dsn, "b", "nats"), newStack(t, dsn, "c", "nats")}
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+
+	urls := []string{nodes[0].url, nodes[1].url, nodes[2].url}
+	out := storm(ctx, c, urls, signups("nats", 60, 10), stormConfig{})
+	requireOneRowPerEmail(t, nodes[0].pool, out, 60)
+	var backstops int64
+	for _, n := range nodes {
+		backstops += n.node.Backstops()
+	}
+	require.Zero(t, backstops, "the unique index never fired")
 }
 
 // Locks and Serialize hold across nodes: a transfer locked on one node is

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/internal/natstest"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
@@ -72,6 +73,40 @@ func TestProcesses(t *testing.T) {
 		}
 		require.Equal(t, 1, dup.cmd.ProcessState.ExitCode())
 		require.Contains(t, dup.out.String(), `another live node is named \"a\"`)
+
+		a.requireCleanExit(t)
+		b.requireCleanExit(t)
+		require.NotContains(t, a.out.String()+b.out.String(), backstopLog)
+	})
+
+	// Two processes with -transport nats share one queue per command in
+	// NATS JetStream (an in-process server): a storm creates one member
+	// per address. While the NATS server is down a sign-up is answered 503
+	// unavailable, and once it is back (same port, same store) 201.
+	t.Run("storm/nats", func(t *testing.T) {
+		t.Parallel()
+		srv := natstest.Start(t)
+		flags := []string{"-transport", "nats", "-nats-url", srv.URL()}
+		p := startPair(t, bin, flags, flags)
+		a, b, c := p.a, p.b, p.c
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+
+		out := storm(ctx, c, []string{a.url, b.url}, signups("user", 20, 10), stormConfig{})
+		requireOneRowPerEmail(t, p.pool, out, 20)
+
+		srv.Stop()
+		down := post(ctx, c, a.url+"/staff", signup{StaffID: "down", Email: "down@example.org", Name: "Down"})
+		require.NoError(t, down.Err)
+		require.Equal(t, http.StatusServiceUnavailable, down.Status, "%v", down.Body)
+		require.Equal(t, "unavailable", down.str("code"))
+		srv.Start()
+		var back answer
+		eventually(t, func() bool {
+			back = post(ctx, c, b.url+"/staff", signup{StaffID: "back", Email: "back@example.org", Name: "Back"})
+			return back.Err == nil && back.Status != http.StatusServiceUnavailable
+		}, "a sign-up after NATS is back")
+		require.Equal(t, http.StatusCreated, back.Status, "%v", back.Body)
 
 		a.requireCleanExit(t)
 		b.requireCleanExit(t)

@@ -9,8 +9,9 @@ import (
 )
 
 // heavy are the import path fragments of dependencies that only the backend
-// subpackages may pull in.
-var heavy = []string{"pgx", "sqlite", "modernc.org", "watermill-sql", "lib/pq"}
+// subpackages (lockstore/postgres, lockstore/sqlite, bus/sqltransport,
+// bus/natstransport) may pull in.
+var heavy = []string{"pgx", "sqlite", "modernc.org", "watermill-sql", "lib/pq", "nats"}
 
 // light are the packages whose dependency graph must contain none of them:
 // a user of the memory store and GoChannel never compiles a backend.

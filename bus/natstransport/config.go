@@ -1,0 +1,192 @@
+package natstransport
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/nats-io/nats.go"
+)
+
+// Defaults of Config.
+const (
+	// DefaultStream is the name of the JetStream stream of the transport.
+	DefaultStream = "CLAIMBUS"
+	// DefaultSubjectPrefix starts every subject of the transport.
+	DefaultSubjectPrefix = "claimbus"
+	// DefaultDurablePrefix starts the name of every consumer of the
+	// transport.
+	DefaultDurablePrefix = "claimbus"
+	// DefaultAckWait is how long a delivered message may stay unacked
+	// before the server delivers it again.
+	DefaultAckWait = 30 * time.Second
+	// DefaultMaxAckPending is how many messages of one topic may be
+	// delivered and unacked at once, across every node.
+	DefaultMaxAckPending = 256
+	// DefaultRequestTimeout bounds each request to JetStream.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultReconnectWait is the pause between two attempts to reconnect.
+	DefaultReconnectWait = 250 * time.Millisecond
+	// DefaultReplicas is how many servers keep a copy of the stream.
+	DefaultReplicas = 1
+)
+
+// maxReplicas is the most replicas JetStream allows.
+const maxReplicas = 5
+
+var (
+	validStream = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	validPrefix = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+	validToken  = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+)
+
+// Config configures a Transport. NodeID is required; every other field has
+// a default, and a value that cannot work fails New rather than being
+// replaced.
+type Config struct {
+	// NodeID names this node: its replies come on the reply topic named
+	// from it (bus.Config.ReplyTopic), through a durable consumer named from
+	// that topic. Required: unique among the live nodes of one stream, and
+	// stable across restarts, or each restart leaves a consumer behind.
+	NodeID string
+
+	// Stream names the JetStream stream that holds every message of the
+	// transport, created by New if it is missing. Default DefaultStream.
+	// Letters, digits, - and _ only, at most 64 bytes.
+	Stream string
+
+	// SubjectPrefix starts every subject: a topic's subject is the prefix,
+	// a dot and the topic's subject form (see Transport.Subject), and the
+	// stream captures SubjectPrefix.>. Default DefaultSubjectPrefix. Tokens
+	// of letters, digits, - and _, separated by dots.
+	SubjectPrefix string
+
+	// DurablePrefix starts the name of every durable consumer (see
+	// Transport.ConsumerName). Default DefaultDurablePrefix. Letters,
+	// digits, - and _ only, at most 32 bytes.
+	DurablePrefix string
+
+	// AckWait is how long the server waits for the ack of a delivered
+	// message before it delivers it again, to any node. Longer than the
+	// slowest handler plus the time a message may wait on a busy node (see
+	// MaxAckPending), or a command is handled twice. Every node of a stream
+	// must agree: it is part of each consumer. Default DefaultAckWait.
+	AckWait time.Duration
+
+	// MaxAckPending bounds the messages of one topic delivered and not yet
+	// acked, across every node; the server holds the rest back. The
+	// delivered ones wait on their node for a free handler with AckWait
+	// running, so keep MaxAckPending / (nodes × bus.Config.HandlerConcurrency)
+	// × the slowest handler below AckWait. Every node must agree. Default
+	// DefaultMaxAckPending.
+	MaxAckPending int
+
+	// RequestTimeout bounds each request to JetStream: a publish waiting
+	// for the stream's acknowledgement, the ack of a command, the creation
+	// of the stream and of a consumer. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+
+	// ReconnectWait is the pause between two attempts to reconnect after the
+	// connection is lost; the transport reconnects for as long as it is
+	// open. Default DefaultReconnectWait.
+	ReconnectWait time.Duration
+
+	// Replicas is how many servers of a NATS cluster keep the stream.
+	// Default DefaultReplicas; at most 5, and no more than the cluster has.
+	Replicas int
+
+	// MemoryStorage keeps the stream in the servers' memory instead of on
+	// disk: faster, and lost when a server restarts. Default false (file
+	// storage).
+	MemoryStorage bool
+
+	// NatsOptions are more options of the NATS connection (credentials,
+	// TLS, a name, ...), applied after the transport's own (reconnect
+	// forever, no reconnect buffer, ReconnectWait, logging handlers). An
+	// option that changes those changes what the package documents.
+	// Default none.
+	NatsOptions []nats.Option
+
+	// Logger logs the transport's errors and the connection's losses and
+	// reconnections. Default watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// Validate reports every problem of the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NodeID == "" {
+		errs = append(errs, errors.New("natstransport: NodeID is required"))
+	}
+	if c.Stream != "" && !validStream.MatchString(c.Stream) {
+		errs = append(errs, fmt.Errorf("natstransport: Stream %q: 1 to 64 letters, digits, - or _", c.Stream))
+	}
+	if c.SubjectPrefix != "" && !validSubjectPrefix(c.SubjectPrefix) {
+		errs = append(errs, fmt.Errorf("natstransport: SubjectPrefix %q: tokens of letters, digits, - and _, separated by dots", c.SubjectPrefix))
+	}
+	if c.DurablePrefix != "" && !validPrefix.MatchString(c.DurablePrefix) {
+		errs = append(errs, fmt.Errorf("natstransport: DurablePrefix %q: 1 to 32 letters, digits, - or _", c.DurablePrefix))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"AckWait", c.AckWait},
+		{"RequestTimeout", c.RequestTimeout},
+		{"ReconnectWait", c.ReconnectWait},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("natstransport: %s is negative (%v)", d.name, d.v))
+		}
+	}
+	if c.AckWait > 0 && c.AckWait < time.Millisecond {
+		errs = append(errs, fmt.Errorf("natstransport: AckWait %v is below a millisecond", c.AckWait))
+	}
+	if c.MaxAckPending < 0 {
+		errs = append(errs, fmt.Errorf("natstransport: MaxAckPending is negative (%d)", c.MaxAckPending))
+	}
+	if c.Replicas < 0 || c.Replicas > maxReplicas {
+		errs = append(errs, fmt.Errorf("natstransport: Replicas %d: from 1 to %d", c.Replicas, maxReplicas))
+	}
+	for i, o := range c.NatsOptions {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("natstransport: NatsOptions[%d] is nil", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validSubjectPrefix(p string) bool {
+	if len(p) > 64 {
+		return false
+	}
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i == len(p) || p[i] == '.' {
+			if !validToken.MatchString(p[start:i]) {
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return true
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	c.Stream = cmp.Or(c.Stream, DefaultStream)
+	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, DefaultSubjectPrefix)
+	c.DurablePrefix = cmp.Or(c.DurablePrefix, DefaultDurablePrefix)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.ReconnectWait = cmp.Or(c.ReconnectWait, DefaultReconnectWait)
+	c.Replicas = cmp.Or(c.Replicas, DefaultReplicas)
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	return c
+}
