@@ -121,11 +121,12 @@ type Config struct {
 	// Default 2000.
 	LocksPerConn int
 
-	// StatementTimeout bounds each statement of Serialize and of Exclusive's
-	// own statements on their connection when the caller's ctx has no
-	// deadline (it becomes the transaction's statement_timeout), so that a
-	// connection whose server went silent never blocks a caller for ever.
-	// Default 30s.
+	// StatementTimeout bounds the statements of Serialize and Exclusive
+	// when the caller's ctx has no deadline: it becomes the transaction's
+	// statement_timeout (unless one is already in force on the server), and
+	// on the client's side Serialize's own statements (BEGIN with the lock,
+	// COMMIT) give up a second after it, so that a connection whose server
+	// went silent never blocks a caller for ever. Default 30s.
 	StatementTimeout time.Duration
 
 	// ReconnectBackoff is the longest wait between two attempts to replace a

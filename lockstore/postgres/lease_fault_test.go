@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -446,4 +447,29 @@ func TestReleaseInSilenceIsLost(t *testing.T) {
 	require.ErrorIs(t, err, lockstore.ErrLockLost)
 	require.Less(t, time.Since(start), stormLease.LeaseBound+windowSlack)
 	t.Logf("Release in silence: %v after %v", err, time.Since(start))
+}
+
+// TestSerializeWithoutDeadlineIsBoundedInSilence: a Serialize whose ctx has
+// no deadline, on a pooled connection that goes silent, returns within
+// StatementTimeout and a second, not never.
+func TestSerializeWithoutDeadlineIsBoundedInSilence(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	p := newProxy(t, dsn)
+	pool := pgtest.Connect(t, proxiedDSN(t, dsn, p), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "silent-serial"})
+	cfg := stormLease
+	cfg.StatementTimeout = 300 * time.Millisecond
+	s := newTestStore(t, pool, cfg)
+	key := lockstore.Key{Namespace: "silent", ID: "serial"}
+	_, err := Serialize(context.Background(), s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	require.NoError(t, err, "before the fault")
+
+	p.BlackHole()
+	start := time.Now()
+	_, err = Serialize(context.Background(), s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	took := time.Since(start)
+	require.Error(t, err)
+	require.Less(t, took, cfg.StatementTimeout+statementBoundMargin+windowSlack+time.Second)
+	t.Logf("Serialize without a deadline in a black hole: %v after %v", err, took)
+	p.Heal()
 }

@@ -247,7 +247,9 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 func (st *serialTxn) begin(ctx context.Context, token *int64) error {
 	timeout, bounded := lockTimeout(ctx)
 	for attempt := 0; ; attempt++ {
-		tx, live, err := beginLocked(ctx, st.conn, st.s.serialSQL(), st.id, timeout, bounded, st.s.cfg.StatementTimeout, token)
+		bctx, cancel := st.s.statementBound(ctx)
+		tx, live, err := beginLocked(bctx, st.conn, st.s.serialSQL(), st.id, timeout, bounded, st.s.cfg.StatementTimeout, token)
+		cancel()
 		if err != nil {
 			err = lockWaitError(ctx, err, bounded)
 			if tx != nil && !st.conn.IsClosed() && st.conn.PgConn().TxStatus() != 'I' {
@@ -269,7 +271,7 @@ func (st *serialTxn) begin(ctx context.Context, token *int64) error {
 		if attempt > 0 {
 			return fmt.Errorf("%w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
 		}
-		bctx, cancel := context.WithTimeout(ctx, st.s.cfg.Timeout)
+		bctx, cancel = context.WithTimeout(ctx, st.s.cfg.Timeout)
 		_, err = st.s.bumpEpoch(bctx, st.conn)
 		cancel()
 		if err != nil {
@@ -287,6 +289,22 @@ func (st *serialTxn) rollbackTx(tx pgx.Tx) error {
 	return tx.Rollback(ctx)
 }
 
+// statementBound bounds, on the client's side, a statement of Serialize's
+// own (BEGIN and the lock, COMMIT) when ctx has no deadline: the server's
+// statement_timeout (Config.StatementTimeout) cannot answer through a
+// connection that went silent, so the client gives up a second after it
+// would have fired, and pgx closes the connection.
+func (s *Store) statementBound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.cfg.StatementTimeout+statementBoundMargin)
+}
+
+// statementBoundMargin is how much longer than StatementTimeout the client
+// waits for the server's answer (see statementBound).
+const statementBoundMargin = time.Second
+
 // commit commits, releases the connection and the node-local mutex, then
 // runs the effects. When ctx is already done, or the call was stopped
 // (Close), it rolls back instead.
@@ -297,7 +315,9 @@ func (st *serialTxn) commit(ctx context.Context) error {
 	if err := st.call.reason(); err != nil {
 		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
 	}
-	err := st.tx.Commit(ctx)
+	cctx, cancel := st.s.statementBound(ctx)
+	err := st.tx.Commit(cctx)
+	cancel()
 	st.ended = true
 	st.release()
 	if err != nil {
