@@ -23,7 +23,7 @@ const (
 	DefaultMaxBatch         = 512
 	DefaultConnectTimeout   = 5 * time.Second
 	// DefaultLocksPerConn is the default of Config.LocksPerConn.
-	DefaultLocksPerConn = 2000
+	DefaultLocksPerConn = 1000
 	// DefaultStatementTimeout is the default of Config.StatementTimeout.
 	DefaultStatementTimeout = 30 * time.Second
 
@@ -118,7 +118,7 @@ type Config struct {
 	// every round trip on it slower. When every lock connection holds
 	// LocksPerConn locks, the store opens one more (and closes an extra one
 	// again once it holds none), up to MaxHeld / LocksPerConn + LockConns.
-	// Default 2000.
+	// Default 1000.
 	LocksPerConn int
 
 	// StatementTimeout bounds the statements of Serialize and Exclusive
