@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/claimbus/claimbus/internal/pgerr"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -37,29 +33,5 @@ func unavailable(ctx context.Context, err error) error {
 	return fmt.Errorf("sqltransport: %w: %w", errUnavailable, err)
 }
 
-// isConnectionError reports whether err, from a statement run under ctx,
-// means that the database could not be reached or dropped the session: a
-// failed connect, a connection closed or reset, SQLSTATE class 08
-// (connection exception), 57P01 to 57P03 (admin shutdown, crash shutdown,
-// cannot connect now), 53300 (too many connections), or a timeout that is
-// not ctx's own.
-func isConnectionError(ctx context.Context, err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "53300":
-			return true
-		}
-	}
-	var connectErr *pgconn.ConnectError
-	var netErr *net.OpError
-	switch {
-	case errors.As(err, &connectErr), errors.As(err, &netErr),
-		errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return true
-	case ctx.Err() == nil && (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)):
-		return true
-	}
-	return false
-}
+// isConnectionError is pgerr.IsConnectionError.
+func isConnectionError(ctx context.Context, err error) bool { return pgerr.IsConnectionError(ctx, err) }

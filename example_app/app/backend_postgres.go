@@ -3,13 +3,12 @@ package app
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/claimbus/claimbus/internal/pgerr"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
 )
@@ -68,25 +67,8 @@ func (pgBackend) isUniqueViolation(err error) bool {
 // store that cannot reach the server, or a timeout that is not ctx's own
 // (a dial that hung).
 func (pgBackend) isUnavailable(ctx context.Context, err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "53300":
-			return true
-		}
-	}
-	var connectErr *pgconn.ConnectError
-	var netErr *net.OpError
-	switch {
-	case errors.As(err, &connectErr), errors.As(err, &netErr),
-		errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, lockstore.ErrClosed):
-		return true
-	case ctx.Err() == nil && (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)):
-		return true
-	}
-	return false
+	return pgerr.IsConnectionError(ctx, err) ||
+		errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrClosed)
 }
 
 // isBadValue: SQLSTATE class 22 (data exception: a NUL byte, bytes that
