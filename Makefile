@@ -2,7 +2,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 BENCH ?= .
 PKG ?= ./...
 
-.PHONY: help test test/race bench bench-held faults fuzz lint tidy ci
+.PHONY: help test test/race test/long bench bench-held faults fuzz lint tidy ci
 
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-12s %s\n", $$1, $$2}'
@@ -12,6 +12,9 @@ test: ## Run the tests (a throwaway PostgreSQL starts unless TEST_DATABASE_URL i
 
 test/race: ## Run the tests under the race detector, as CI does.
 	go test -race $(PKG)
+
+test/long: ## The real-process suite of test/ in its long form (5,000 sign-ups over 3 nodes, ...); not in CI.
+	CLAIMBUS_LONG=1 go test -race -count=1 -v ./test/
 
 bench: ## Run the benchmarks five times each (BENCH=regexp PKG=./lockstore/...).
 	go test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKG)

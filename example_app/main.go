@@ -26,6 +26,7 @@ const usage = `usage:
   example_app                  run the demo on an embedded SQLite database
   example_app serve [flags]    run the HTTP API on PostgreSQL (example_app serve -h for the flags)
   example_app storm [flags]    send a storm of sign-ups to nodes, then check them (example_app storm -h)
+  example_app pg [flags]       start a throwaway PostgreSQL for several nodes, print its URL (example_app pg -h)
 `
 
 func main() {
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, args[1:], stdout, stderr)
 	case "storm":
 		return stormCmd(ctx, args[1:], stdout, stderr)
+	case "pg":
+		return pgCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
