@@ -29,6 +29,8 @@ const healthTimeout = 2 * time.Second
 //	POST /lobbies                   {lobby_id, words}                   201 Lobby (set-up)
 //	POST /lobbies/{id}/guesses      {word}                              200 Guess
 //	GET  /healthz                                                       200 {status, node, backend, backstop_violations}
+//	GET  /locks                                                         200 [HeldLock] (every node's)
+//	GET  /locks?namespace=N&id=V                                        200 [HeldLock] (the holder of one key, at most one)
 //
 // While the node is unavailable (Node.SetUnavailable, as when it lost the
 // lock on its name), every POST answers 503 unavailable with Retry-After
@@ -49,6 +51,7 @@ const healthTimeout = 2 * time.Second
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.healthz)
+	mux.HandleFunc("GET /locks", n.locks)
 	mux.HandleFunc("POST /staff", func(w http.ResponseWriter, r *http.Request) {
 		var c commands.CreateStaff
 		if !decodeBody(w, r, &c, false) {
