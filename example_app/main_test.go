@@ -223,3 +223,15 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A database that cannot be reached is one line naming its address, the
+// driver's multi-line error joined onto it.
+func TestServeUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-node", "a", "-db", "postgres://u@127.0.0.1:1/x", "-addr", "127.0.0.1:0"}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	line, _, _ := strings.Cut(stderr.String(), "\n")
+	require.True(t, strings.HasPrefix(line, "example_app serve: cannot reach the database at 127.0.0.1:1: "), "%s", stderr.String())
+	require.Contains(t, line, "connection refused", "the cause is on the first line")
+}

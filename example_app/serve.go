@@ -176,12 +176,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := runServer(ctx, f, logger, stdout); err != nil {
 		// One plain line first, the error's own words after the command's
 		// name; then the same as a log record, for whoever collects them.
-		fmt.Fprintf(stderr, "example_app serve: %v\n", err)
+		fmt.Fprintf(stderr, "example_app serve: %s\n", oneLine(err))
 		logger.Error("serve failed", "error", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "example_app: node %s stopped\n", f.node)
 	return 0
+}
+
+// oneLine is err's message on one line: the driver's multi-line errors
+// (one line per address tried) joined with "; ".
+func oneLine(err error) string {
+	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ").Replace(err.Error())
 }
 
 // usageWithout returns a usage function for fs that prints the defaults of
