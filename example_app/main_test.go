@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,7 +127,11 @@ func TestServeFlags(t *testing.T) {
 		{"no host", func(f *serveFlags) { f.addr = ":8080" }, []string{"give the host to listen on"}},
 		{"no node", func(f *serveFlags) { f.node = "" }, []string{"-node \"\""}},
 		{"node with space", func(f *serveFlags) { f.node = "node a" }, []string{`-node "node a"`}},
-		{"no db", func(f *serveFlags) { f.db = "" }, []string{"-db is required"}},
+		{"embedded without data", func(f *serveFlags) { f.db = "" }, []string{"-data is empty"}},
+		{"embedded with transport postgres", func(f *serveFlags) { f.db, f.data, f.transport = "", "x.db", "postgres" }, []string{"-transport postgres needs -db"}},
+		{"embedded with transport nats", func(f *serveFlags) { f.db, f.data, f.transport, f.natsURL = "", "x.db", "nats", "nats://h:4222" },
+			[]string{"-transport nats needs -db"}},
+		{"data with db", func(f *serveFlags) { f.data, f.dataSet = "x.db", true }, []string{"-data is for the embedded node"}},
 		{"db not a URL", func(f *serveFlags) { f.db = "host=x" }, []string{"postgres:// or postgresql:// URL"}},
 		{"db bad port", func(f *serveFlags) { f.db = "postgres://u@h:notaport/db" }, []string{"-db:"}},
 		{"transport", func(f *serveFlags) { f.transport = "kafka" }, []string{`-transport "kafka": want inprocess, postgres or nats`}},
@@ -136,7 +143,7 @@ func TestServeFlags(t *testing.T) {
 		{"hold email", func(f *serveFlags) { f.holdEmail = "nope" }, []string{"-test-hold-email"}},
 		{"everything at once", func(f *serveFlags) {
 			*f = serveFlags{addr: "x", transport: "kafka", logLevel: "loud"}
-		}, []string{"-addr", "-node", "-db is required", "-transport", "-log-level"}},
+		}, []string{"-addr", "-node", "-data is empty", "-transport", "-log-level"}},
 	}
 	for _, tt := range tests {
 		f := valid
@@ -153,6 +160,78 @@ func TestServeFlags(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "bad flags")
 	require.Contains(t, stderr.String(), `-node "a b"`)
-	require.Contains(t, stderr.String(), "-db is required")
 	require.Contains(t, stderr.String(), `unexpected arguments ["extra"]`)
+}
+
+// Without -db the node is embedded: -node defaults to "local", -data to
+// claimbus.db, and a transport other than inprocess is refused.
+func TestServeEmbeddedFlags(t *testing.T) {
+	t.Parallel()
+	embedded := serveFlags{addr: "127.0.0.1:0", node: "local", data: "claimbus.db", transport: "inprocess", logLevel: "info"}
+	require.NoError(t, embedded.validate())
+
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-db", "", "-transport", "postgres", "-addr", "x"}, &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "-transport postgres needs -db")
+	require.NotContains(t, stderr.String(), "-node", "the node name has a default on SQLite")
+
+	stderr.Reset()
+	code = run(context.Background(), []string{"serve", "-db", "postgres://u@127.0.0.1:5432/db", "-node", "a", "-data", "x.db", "-addr", "x"}, &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "-data is for the embedded node")
+}
+
+// A second embedded serve on the same -data file refuses to start, with
+// one line naming the file.
+func TestServeEmbeddedFileInUse(t *testing.T) {
+	t.Parallel()
+	data := filepath.Join(t.TempDir(), "claimbus.db")
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan int, 1)
+	var out1, err1 syncBuffer
+	go func() {
+		first <- run(ctx, []string{"serve", "-db", "", "-data", data, "-addr", "127.0.0.1:0"}, &out1, &err1)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out1.String(), "listening on") }, 10*time.Second, 10*time.Millisecond, "stderr: %s", err1.String())
+	require.Contains(t, out1.String(), "node local listening on")
+
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-db", "", "-data", data, "-addr", "127.0.0.1:0"}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	line, _, _ := strings.Cut(stderr.String(), "\n")
+	require.Equal(t, "example_app serve: another example_app is serving "+data+": one process per -data file (stop it, or give another -data)", line)
+
+	cancel()
+	require.Equal(t, 0, <-first)
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and other readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A database that cannot be reached is one line naming its address, the
+// driver's multi-line error joined onto it.
+func TestServeUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-node", "a", "-db", "postgres://u@127.0.0.1:1/x", "-addr", "127.0.0.1:0"}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	line, _, _ := strings.Cut(stderr.String(), "\n")
+	require.True(t, strings.HasPrefix(line, "example_app serve: cannot reach the database at 127.0.0.1:1: "), "%s", stderr.String())
+	require.Contains(t, line, "connection refused", "the cause is on the first line")
 }

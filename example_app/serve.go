@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/claimbus/claimbus/example_app/app"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
+	"github.com/claimbus/claimbus/lockstore/sqlite"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
@@ -47,6 +49,10 @@ const (
 // serveFlags are the flags of serve.
 type serveFlags struct {
 	addr, node, db, transport, logLevel, holdEmail string
+	// data is the SQLite file of the embedded node (no -db); dataSet says
+	// whether -data was given.
+	data    string
+	dataSet bool
 	// natsURL is the NATS server(s) of -transport nats.
 	natsURL string
 }
@@ -63,14 +69,23 @@ func (f serveFlags) validate() error {
 	} else if host == "" {
 		errs = append(errs, fmt.Errorf("-addr %q: give the host to listen on, such as 127.0.0.1:%s (or 0.0.0.0:%s for every interface)", f.addr, port, port))
 	}
+	if f.db == "" {
+		// The embedded node: one process on an SQLite file.
+		if f.data == "" {
+			errs = append(errs, errors.New("-data is empty: give the SQLite file of the embedded node, such as claimbus.db"))
+		}
+		if f.transport != "inprocess" {
+			errs = append(errs, fmt.Errorf("-transport %s needs -db: without it the node is embedded on SQLite, with -transport inprocess only", f.transport))
+		}
+	} else if f.dataSet {
+		errs = append(errs, errors.New("-data is for the embedded node on SQLite: drop it, or drop -db (and DATABASE_URL)"))
+	}
 	if !nodeName.MatchString(f.node) {
 		errs = append(errs, fmt.Errorf("-node %q: give each node a name of 1 to 48 letters, digits or . _ : -, unique among the nodes of the database", f.node))
 	}
-	if f.db == "" {
-		errs = append(errs, errors.New("-db is required: a PostgreSQL URL such as postgres://user@127.0.0.1:5432/claimbus (or set DATABASE_URL)"))
-	} else if !strings.HasPrefix(f.db, "postgres://") && !strings.HasPrefix(f.db, "postgresql://") {
+	if f.db != "" && !strings.HasPrefix(f.db, "postgres://") && !strings.HasPrefix(f.db, "postgresql://") {
 		errs = append(errs, errors.New("-db must be a postgres:// or postgresql:// URL"))
-	} else if _, err := pgxpool.ParseConfig(f.db); err != nil {
+	} else if _, err := pgxpool.ParseConfig(f.db); f.db != "" && err != nil {
 		errs = append(errs, fmt.Errorf("-db: %w", err))
 	}
 	if f.transport != "inprocess" && f.transport != "postgres" && f.transport != "nats" {
@@ -123,8 +138,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f serveFlags
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on; port 0 picks a free port (the address is printed)")
-	fs.StringVar(&f.node, "node", "", "`name` of this node, unique among the nodes of the database (required)")
-	fs.StringVar(&f.db, "db", os.Getenv("DATABASE_URL"), "PostgreSQL `URL` of the database the nodes share (default $DATABASE_URL)")
+	fs.StringVar(&f.node, "node", "", "`name` of this node, unique among the nodes of the database (required with -db; default \"local\" on SQLite)")
+	fs.StringVar(&f.db, "db", os.Getenv("DATABASE_URL"),
+		"PostgreSQL `URL` of the database the nodes share (default $DATABASE_URL); without it, one embedded node on the SQLite file -data")
+	fs.StringVar(&f.data, "data", "claimbus.db", "without -db: the SQLite `file` of the embedded node, created when missing; one process at a time")
 	fs.StringVar(&f.transport, "transport", "inprocess",
 		"how commands reach their handlers: inprocess (the node that receives a request handles it), postgres (one queue per command in the database, shared by every node) or nats (one JetStream queue per command, with -nats-url)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
@@ -141,6 +158,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	fs.Visit(func(fl *flag.Flag) { f.dataSet = f.dataSet || fl.Name == "data" })
+	if f.db == "" && f.node == "" {
+		f.node = "local"
+	}
 	err := f.validate()
 	if fs.NArg() > 0 {
 		err = errors.Join(err, fmt.Errorf("unexpected arguments %q", fs.Args()))
@@ -153,11 +174,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_ = level.UnmarshalText([]byte(f.logLevel))
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", f.node)
 	if err := runServer(ctx, f, logger, stdout); err != nil {
+		// One plain line first, the error's own words after the command's
+		// name; then the same as a log record, for whoever collects them.
+		fmt.Fprintf(stderr, "example_app serve: %s\n", oneLine(err))
 		logger.Error("serve failed", "error", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "example_app: node %s stopped\n", f.node)
 	return 0
+}
+
+// oneLine is err's message on one line: the driver's multi-line errors
+// (one line per address tried) joined with "; ".
+func oneLine(err error) string {
+	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ").Replace(err.Error())
 }
 
 // usageWithout returns a usage function for fs that prints the defaults of
@@ -191,6 +221,9 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 		}
 	}()
 
+	if f.db == "" {
+		return runEmbedded(ctx, startCtx, f, logger, stdout, &closers)
+	}
 	pool, err := openPool(startCtx, f.db, f.node, 20)
 	if err != nil {
 		return err
@@ -204,15 +237,18 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 
 	// Two live nodes with one name would share a reply queue (with
 	// -transport postgres) and be told apart by nobody: the node holds its
-	// name as a lock while it runs, freed when its session ends.
-	name, err := store.TryLock(startCtx, lockstore.Key{Namespace: app.NamespaceNode, ID: f.node})
+	// name as a lock while it runs, freed when its session ends, and
+	// retaken when it is lost (see nameHolder).
+	key := lockstore.Key{Namespace: app.NamespaceNode, ID: f.node}
+	name, err := store.TryLock(startCtx, key)
 	if errors.Is(err, lockstore.ErrLocked) {
-		return fmt.Errorf("another live node is named %q on this database: give each node its own -node", f.node)
+		return errNameTaken(f.node)
 	}
 	if err != nil {
 		return fmt.Errorf("lock the node name: %w", err)
 	}
-	closers = append(closers, func() error { return name.Release(context.Background()) })
+	names := &nameHolder{store: store, key: key, logger: logger, lock: name}
+	closers = append(closers, names.release)
 
 	wmLogger := watermill.NewSlogLogger(logger.With("component", "bus"))
 	bcfg := bus.Config{CloseTimeout: busCloseTimeout, Logger: wmLogger}
@@ -261,6 +297,55 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	}
 	closers = append(closers, node.Close)
 
+	// The watch of the name stops before the name is let go.
+	names.node = node
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched, watchDone := make(chan error, 1), make(chan struct{})
+	go func() { defer close(watchDone); watched <- names.watch(wctx) }()
+	closers = append(closers, func() error { stopWatch(); <-watchDone; return nil })
+	return listenAndServe(ctx, f, node, logger, stdout, stopping, watched, "postgres, transport "+f.transport)
+}
+
+// runEmbedded runs the embedded node on the SQLite file f.data: one
+// process per file (the store's file lock), the transport in process.
+func runEmbedded(ctx, startCtx context.Context, f serveFlags, logger *slog.Logger, stdout io.Writer, closers *[]func() error) error {
+	db, err := sql.Open("sqlite", sqlite.DSN(f.data, 0))
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.data, err)
+	}
+	*closers = append(*closers, db.Close)
+	store, err := sqlite.New(startCtx, db, sqlite.Config{})
+	if errors.Is(err, sqlite.ErrFileLocked) {
+		return fmt.Errorf("another example_app is serving %s: one process per -data file (stop it, or give another -data)", f.data)
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.data, err)
+	}
+	*closers = append(*closers, store.Close)
+	stopping := make(chan struct{})
+	var extra []middleware.Middleware
+	if f.holdEmail != "" {
+		extra = append(extra, holdEmail(uniqueness.NormalizeEmail(f.holdEmail), stopping, logger))
+	}
+	node, err := app.New(startCtx, app.Config{
+		Backend:    app.SQLiteBackend(store),
+		Name:       f.node,
+		Bus:        bus.Config{CloseTimeout: busCloseTimeout, Logger: watermill.NewSlogLogger(logger.With("component", "bus"))},
+		Middleware: extra,
+		Logger:     logger,
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	*closers = append(*closers, node.Close)
+	return listenAndServe(ctx, f, node, logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess")
+}
+
+// listenAndServe serves node's API on f.addr until ctx ends or fatal
+// sends (the node cannot go on: its error, or nil), then shuts the
+// server down gracefully; stopping closes when the shutdown starts.
+func listenAndServe(ctx context.Context, f serveFlags, node *app.Node, logger *slog.Logger, stdout io.Writer,
+	stopping chan struct{}, fatal <-chan error, what string) (err error) {
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return err
@@ -275,11 +360,16 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "example_app: node %s listening on http://%s (postgres, transport %s)\n", f.node, ln.Addr(), f.transport)
+	fmt.Fprintf(stdout, "example_app: node %s listening on http://%s (%s)\n", f.node, ln.Addr(), what)
 
+	var failed error
 	select {
 	case err := <-served:
 		return fmt.Errorf("http server: %w", err)
+	case failed = <-fatal:
+		if failed == nil { // the watch ended with ctx
+			<-ctx.Done()
+		}
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down")
@@ -290,7 +380,7 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
-	return err
+	return errors.Join(failed, err)
 }
 
 // openPool opens a pool on dsn whose sessions are named application (as

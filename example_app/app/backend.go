@@ -36,6 +36,12 @@ type Backend interface {
 	// that a retry may get past, answered 503. A timeout of ctx's own is
 	// not one.
 	isUnavailable(ctx context.Context, err error) bool
+	// held lists the locks and claims held now, by every node of the
+	// database (lockstore.Store.Held).
+	held(ctx context.Context) ([]lockstore.Holder, error)
+	// holds reports whether h, an entry of held, is the lock of k: by
+	// key, or by lock id for another node's lock on PostgreSQL.
+	holds(h lockstore.Holder, k lockstore.Key) bool
 	// isBadValue reports whether err is the database refusing a value
 	// (bytes its encoding cannot hold, a value too long to index): the
 	// backstop under the validation, which keeps such values out.

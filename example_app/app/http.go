@@ -29,6 +29,13 @@ const healthTimeout = 2 * time.Second
 //	POST /lobbies                   {lobby_id, words}                   201 Lobby (set-up)
 //	POST /lobbies/{id}/guesses      {word}                              200 Guess
 //	GET  /healthz                                                       200 {status, node, backend, backstop_violations}
+//	GET  /locks                                                         200 [HeldLock] (every node's)
+//	GET  /locks?namespace=N&id=V                                        200 [HeldLock] (the holder of one key, at most one)
+//
+// While the node is unavailable (Node.SetUnavailable, as when it lost the
+// lock on its name), every POST answers 503 unavailable with Retry-After
+// and /healthz answers 503 {status: "unavailable", reason, ...}; the GETs
+// still answer.
 //
 // Every answer is JSON. A failure is {"code": ..., "field": ..., "message":
 // ...}, the field when one is at fault: already_taken, not_open and
@@ -44,6 +51,7 @@ const healthTimeout = 2 * time.Second
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.healthz)
+	mux.HandleFunc("GET /locks", n.locks)
 	mux.HandleFunc("POST /staff", func(w http.ResponseWriter, r *http.Request) {
 		var c commands.CreateStaff
 		if !decodeBody(w, r, &c, false) {
@@ -129,13 +137,17 @@ func (n *Node) Handler() http.Handler {
 			n.answer(w, r, http.StatusOK, func(ctx context.Context) (any, error) { return n.GuessWord(ctx, &c) })
 		}
 	})
-	return routes{mux: mux}
+	return routes{mux: mux, node: n}
 }
 
 // health is the body of /healthz.
 type health struct {
-	// Status is "ok", or "unavailable" when the database does not answer.
-	Status  string `json:"status"`
+	// Status is "ok", or "unavailable" when the database does not answer
+	// or the node is not taking commands (Node.SetUnavailable).
+	Status string `json:"status"`
+	// Reason is why the node is unavailable, when Node.SetUnavailable
+	// said: such as "node_name_lost".
+	Reason  string `json:"reason,omitempty"`
 	Node    string `json:"node"`
 	Backend string `json:"backend"`
 	// BackstopViolations is Node.BackstopViolations: 0 while the claims
@@ -148,9 +160,18 @@ func (n *Node) healthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	h := health{Status: "ok", Node: n.name, Backend: n.backend.Name(), BackstopViolations: n.BackstopViolations()}
 	status := http.StatusOK
-	if err := n.backend.Ping(ctx); err != nil {
-		n.log.WarnContext(ctx, "health check: the database does not answer", "error", err)
+	// The ping runs even when the node is unavailable for a reason of its
+	// own, so that the log tells whether the database is down too.
+	pingErr := n.backend.Ping(ctx)
+	if pingErr != nil {
+		n.log.WarnContext(ctx, "health check: the database does not answer", "error", pingErr)
+	}
+	if reason := n.Unavailable(); reason != "" {
+		h.Status, h.Reason, status = "unavailable", reason, http.StatusServiceUnavailable
+	} else if pingErr != nil {
 		h.Status, status = "unavailable", http.StatusServiceUnavailable
+	}
+	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, h)

@@ -16,7 +16,10 @@ import (
 // canonical form (// or a . or .. segment), which ServeMux would redirect
 // to its cleaned form: a client of a JSON API gets an answer, not a
 // redirect it may replay without its body.
-type routes struct{ mux *http.ServeMux }
+type routes struct {
+	mux  *http.ServeMux
+	node *Node
+}
 
 func (rt routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := r.URL.EscapedPath(); p == "" || p[0] != '/' || (path.Clean(p) != p && path.Clean(p)+"/" != p) {
@@ -25,6 +28,9 @@ func (rt routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h, pattern := rt.mux.Handler(r)
 	if pattern != "" {
+		if rt.node.gated(w, r) {
+			return
+		}
 		rt.mux.ServeHTTP(w, r) // matches again, and sets the path values
 		return
 	}

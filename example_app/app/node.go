@@ -118,6 +118,8 @@ type Node struct {
 	requestTimeout time.Duration
 	backstops      atomic.Int64
 	staffBackstops atomic.Int64
+	// unavailable is the reason of SetUnavailable, nil while available.
+	unavailable availability
 }
 
 // New creates the schema when it is missing, builds the node's bus and

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/internal/pgtest"
+)
+
+// Two node processes on one private PostgreSQL cluster, crashed and
+// restarted (pg_ctl restart -m immediate) in the middle of a storm of
+// sign-ups: during the outage every failure is a 503; each node loses the
+// lock on its name, answers 503 meanwhile, and retakes it without help;
+// afterwards nothing is left locked but the two names, and a third process
+// named like a live node still exits 1.
+func TestProcessNodeLockCrashRestart(t *testing.T) {
+	t.Parallel()
+	bin := buildApp(t)
+	cluster := pgtest.NewCluster(t)
+	a := startProcess(t, bin, cluster.DSN(), "a")
+	b := startProcess(t, bin, cluster.DSN(), "b")
+	a.ready(t)
+	b.ready(t)
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+
+	crash := make(chan struct{})
+	var out []outcome
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		out = storm(ctx, c, []string{a.url, b.url}, signups("crash", 20, 20),
+			stormConfig{workers: 8, afterN: 40, after: func() { close(crash) }})
+	})
+	<-crash
+	start := time.Now()
+	require.NoError(t, cluster.CrashRestart(ctx))
+	restarted := time.Since(start)
+	for _, p := range []*process{a, b} {
+		waitHealthy(t, c, p.url)
+		t.Logf("node %s serves again %v after the crash (the cluster took %v to crash and restart)",
+			p.name, time.Since(start).Round(time.Millisecond), restarted.Round(time.Millisecond))
+	}
+	wg.Wait()
+
+	var unavailable int
+	for _, o := range out {
+		require.NoError(t, o.answer.Err, "%s", o.Email)
+		if o.answer.Status == http.StatusServiceUnavailable {
+			unavailable++
+			require.Equal(t, "unavailable", o.answer.str("code"), "%v", o.answer.Body)
+			continue
+		}
+		require.Less(t, o.answer.Status, 500, "no 5xx but 503: %s %v", o.Email, o.answer.Body)
+	}
+	t.Logf("%d of %d sign-ups answered 503 during the outage", unavailable, len(out))
+
+	// Both nodes take commands again.
+	for i, p := range []*process{a, b} {
+		up := signup{StaffID: "after-" + p.name, Email: "after-" + p.name + "@example.org", Name: "After"}
+		r := post(ctx, c, p.url+"/staff", up)
+		require.NoError(t, r.Err)
+		require.Equal(t, http.StatusCreated, r.Status, "node %d: %v", i, r.Body)
+	}
+
+	// Nothing is left locked but the node names, as both nodes see it.
+	for _, p := range []*process{a, b} {
+		var ls []map[string]any
+		eventually(t, func() bool {
+			ls = getLocksOf(t, ctx, c, p.url+"/locks")
+			return len(ls) == 2
+		}, "node %s lists two locks", p.name)
+		nodes := map[string]bool{}
+		for _, l := range ls {
+			require.Equal(t, "example.node", l["namespace"], "%v", ls)
+			nodes[l["node"].(string)] = true
+		}
+		require.Equal(t, map[string]bool{"a": true, "b": true}, nodes, "%v", ls)
+		one := getLocksOf(t, ctx, c, p.url+"/locks?namespace=example.node&id=a")
+		require.Len(t, one, 1)
+		require.Equal(t, "a", one[0]["node"])
+	}
+
+	// The names are still exclusive.
+	dup := startProcess(t, bin, cluster.DSN(), "a")
+	select {
+	case <-dup.done:
+	case <-time.After(deadline):
+		t.Fatal("a third node named a keeps running")
+	}
+	require.Equal(t, 1, dup.cmd.ProcessState.ExitCode())
+	require.True(t, strings.HasPrefix(dup.out.String(), `example_app serve: another live node is named "a" on this database`), "%s", dup.out.String())
+
+	require.Contains(t, a.out.String()+b.out.String(), "the node lost the lock on its name",
+		"and the crash took the name locks: the test saw the loss")
+	a.requireCleanExit(t)
+	b.requireCleanExit(t)
+}
+
+// getLocksOf fetches a GET /locks URL: a JSON array.
+func getLocksOf(t *testing.T, ctx context.Context, c *http.Client, url string) []map[string]any {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var ls []map[string]any
+	require.NoError(t, jsonDecode(resp, &ls))
+	return ls
+}
+
+// A second embedded serve (no -db) on the -data file of a running one
+// exits 1 with one line naming the file; the first keeps serving.
+func TestProcessEmbeddedFileInUse(t *testing.T) {
+	t.Parallel()
+	bin := buildApp(t)
+	dir := t.TempDir()
+	first := startEmbedded(t, bin, dir, "claimbus.db")
+	c := newClient(t)
+	waitHealthy(t, c, first.url)
+
+	second := startEmbedded(t, bin, dir, "claimbus.db")
+	select {
+	case <-second.done:
+	case <-time.After(deadline):
+		t.Fatal("a second embedded serve on the same file keeps running")
+	}
+	require.Equal(t, 1, second.cmd.ProcessState.ExitCode())
+	line, _, _ := strings.Cut(second.out.String(), "\n")
+	require.Equal(t, "example_app serve: another example_app is serving claimbus.db: one process per -data file (stop it, or give another -data)", line)
+
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	r := post(ctx, c, first.url+"/staff", signup{StaffID: "s-1", Email: "ann@example.org", Name: "Ann"})
+	require.NoError(t, r.Err)
+	require.Equal(t, http.StatusCreated, r.Status, "%v", r.Body)
+	first.requireCleanExit(t)
+	_, err := os.Stat(filepath.Join(dir, "claimbus.db"))
+	require.NoError(t, err, "the default -data file is in the working directory")
+}
+
+// startEmbedded starts `serve -data data` without -db (nor DATABASE_URL)
+// in dir, and waits until it listens unless it is refused.
+func startEmbedded(t *testing.T, bin, dir, data string) *process {
+	t.Helper()
+	p := &process{name: "local", cmd: exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-data", data), out: &output{}, done: make(chan struct{})}
+	p.cmd.Dir = dir
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+			env = append(env, kv)
+		}
+	}
+	p.cmd.Env = append(env, "GORACE=atexit_sleep_ms=0")
+	dieWithTest(p.cmd)
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("output of embedded node:\n%s", p.out.String())
+		}
+	})
+	eventually(t, func() bool {
+		select {
+		case <-p.done:
+			return true
+		default:
+		}
+		if m := listening.FindStringSubmatch(p.out.String()); m != nil {
+			p.url = m[1]
+			return true
+		}
+		return false
+	}, "the embedded node listens or exits")
+	return p
+}
+
+// jsonDecode decodes resp's body into v.
+func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }
