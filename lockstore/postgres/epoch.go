@@ -59,38 +59,25 @@ func epochSchemaSQL(schema string) []string {
 	}
 }
 
-// bumpEpochBatch queues the statements of one epoch bump on b (see the
-// comment at the top of this file). The UPDATE's RETURNING row is the new
-// epoch.
-func (s *Store) bumpEpochBatch(b *pgx.Batch) {
+// bumpEpoch runs an epoch bump (see the comment at the top of this file)
+// on conn, a connection outside any transaction, in one round trip. On
+// error the session may still hold epochLockKey: the caller closes conn.
+func (s *Store) bumpEpoch(ctx context.Context, conn *pgx.Conn) error {
 	epoch := pgx.Identifier{s.cfg.Schema, epochTable}.Sanitize()
 	live := pgx.Identifier{s.cfg.Schema, epochLiveTable}.Sanitize()
+	var b pgx.Batch
 	b.Queue("SELECT pg_advisory_lock($1::int8)", epochLockKey)
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit = on")
-	b.Queue("UPDATE " + epoch + " SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch")
+	b.Queue("UPDATE " + epoch + " SET epoch = epoch + 1 WHERE id = 1")
 	b.Queue("COMMIT")
 	b.Queue("SELECT setval(" + s.tokenSQL + ", e.epoch << 32) FROM " + epoch + " e WHERE nextval(" + s.tokenSQL + ") < e.epoch << 32")
 	b.Queue("INSERT INTO " + live + " (id, epoch) SELECT 1, epoch FROM " + epoch + " WHERE id = 1 ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch")
 	b.Queue("SELECT pg_advisory_unlock($1::int8)", epochLockKey)
-}
-
-// bumpEpoch runs an epoch bump on conn, a connection outside any
-// transaction, in one round trip, and returns the new epoch. On error the
-// session may still hold epochLockKey: the caller closes conn.
-func (s *Store) bumpEpoch(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	var b pgx.Batch
-	s.bumpEpochBatch(&b)
 	br := conn.SendBatch(ctx, &b)
-	var epoch int64
 	var err error
-	for i := range b.Len() {
-		if i == 3 {
-			err = br.QueryRow().Scan(&epoch)
-		} else {
-			_, err = br.Exec()
-		}
-		if err != nil {
+	for range b.Len() {
+		if _, err = br.Exec(); err != nil {
 			break
 		}
 	}
@@ -98,9 +85,9 @@ func (s *Store) bumpEpoch(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		err = cerr
 	}
 	if err != nil {
-		return 0, fmt.Errorf("bump the token epoch: %w", err)
+		return fmt.Errorf("bump the token epoch: %w", err)
 	}
-	return epoch, nil
+	return nil
 }
 
 // liveTokenSQL is a scalar subquery that draws a token when the epoch is

@@ -183,7 +183,7 @@ func (s *Store) sessionLock(ctx context.Context, conn *pgx.Conn, id LockID) (int
 	if token == nil {
 		bctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
-		if _, err := s.bumpEpoch(bctx, conn); err != nil {
+		if err := s.bumpEpoch(bctx, conn); err != nil {
 			return 0, err
 		}
 		if err := conn.QueryRow(bctx, q.token).Scan(&token); err != nil {

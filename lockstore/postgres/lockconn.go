@@ -192,7 +192,7 @@ func (c *lockConn) connect() error {
 	}
 	// Tokens drawn on this session must be above every token drawn before
 	// a crash that came before it (see epoch.go).
-	if _, err := c.s.bumpEpoch(ctx, conn); err != nil {
+	if err := c.s.bumpEpoch(ctx, conn); err != nil {
 		closeConn(conn)
 		return err
 	}

@@ -272,7 +272,7 @@ func (st *serialTxn) begin(ctx context.Context, token *int64) error {
 			return fmt.Errorf("%w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
 		}
 		bctx, cancel = context.WithTimeout(ctx, st.s.cfg.Timeout)
-		_, err = st.s.bumpEpoch(bctx, st.conn)
+		err = st.s.bumpEpoch(bctx, st.conn)
 		cancel()
 		if err != nil {
 			// The session may still hold the bump's lock: it must end.
