@@ -41,7 +41,7 @@ type nestedCall struct {
 	sc      *txScope
 	key     lockstore.Key
 	id      LockID
-	took    bool // this call took id's lock: rolling back frees it
+	mark    int // the scope's locks when the savepoint opened (txScope.mark)
 	effects *lockstore.Effects
 	ended   bool
 }
@@ -56,7 +56,7 @@ func (sc *txScope) enter(ctx context.Context, s *Store, key lockstore.Key, id Lo
 	if sc.tx == nil {
 		return nil, nil, fmt.Errorf("postgres: Serialize %q: WithTx was given a nil transaction", key)
 	}
-	n := &nestedCall{s: s, sc: sc, key: key, id: id}
+	n := &nestedCall{s: s, sc: sc, key: key, id: id, mark: sc.mark()}
 	token, held := sc.token(id)
 	if !held {
 		// An enclosing Exclusive's session holds id, maybe on another
@@ -109,8 +109,6 @@ func (n *nestedCall) lock(ctx context.Context) (int64, error) {
 		}
 		return 0, fmt.Errorf("postgres: Serialize %q: take the lock in the open transaction: %w", n.key, err)
 	}
-	// From here on, rolling back to the savepoint frees the lock.
-	n.took = true
 	if token == nil {
 		err = s.bumpEpochAside(ctx)
 		if err == nil {
@@ -158,7 +156,7 @@ func (s *Store) bumpEpochAside(ctx context.Context) error {
 		return fmt.Errorf("connect to bump the token epoch: %w", err)
 	}
 	defer closeConn(conn)
-	_, err = s.bumpEpoch(ctx, conn)
+	err = s.bumpEpoch(ctx, conn)
 	return err
 }
 
@@ -202,13 +200,10 @@ func (n *nestedCall) end() {
 }
 
 // rollbackToSavepoint undoes everything since the savepoint, and ends it.
-// An xact lock taken inside it is freed with it, so the transaction no
-// longer holds the lock this call took.
+// The xact locks taken inside it are freed with it (this call's, and those
+// nested calls released into it), so the transaction forgets them all.
 func (n *nestedCall) rollbackToSavepoint() error {
-	if n.took {
-		n.sc.forget(n.id)
-		n.took = false
-	}
+	n.sc.forgetSince(n.mark)
 	ctx, cancel := n.s.cleanupContext()
 	defer cancel()
 	_, err := n.sc.tx.Exec(ctx, rollbackSavepointSQL)

@@ -28,6 +28,7 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 	k2 := lockstore.Key{Namespace: "nest", ID: "inner"}
 	k3 := lockstore.Key{Namespace: "nest", ID: "deep"}
 	id2 := serialLockID(t, s, k2)
+	id3 := serialLockID(t, s, k3)
 	boom := errors.New("inner fails")
 
 	t.Run("fn error", func(t *testing.T) {
@@ -84,6 +85,16 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 				require.True(t, serialBackendHolds(ctx, t, admin, tx.Conn().PgConn().PID(), id2))
 				lockstore.AfterCommit(ctx, effect("later"))
 				return increment(ctx, tx, "later")
+			})
+			require.NoError(t, err)
+			// So did k3's, which the deeper call had released into k2's
+			// savepoint: the transaction takes it again when asked.
+			require.NoError(t, admin.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", id3.Namespace, id3.ID).Scan(&got))
+			require.True(t, got, "k3 is still held after the savepoint it was released into rolled back")
+			require.NoError(t, admin.QueryRow(ctx, "SELECT pg_advisory_unlock($1, $2)", id3.Namespace, id3.ID).Scan(&got))
+			_, err = Serialize(ctx, s, k3, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				require.True(t, serialBackendHolds(ctx, t, admin, tx.Conn().PgConn().PID(), id3), "k3 taken again")
+				return 0, nil
 			})
 			require.NoError(t, err)
 			require.Empty(t, ran)

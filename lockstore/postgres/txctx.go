@@ -18,6 +18,9 @@ type txScope struct {
 
 	mu   sync.Mutex
 	held map[LockID]int64 // lock ids whose xact lock tx holds, and their tokens
+	// order is held's ids in the order they were taken, so that rolling
+	// back a savepoint forgets every lock taken since it (see mark).
+	order []LockID
 }
 
 type txScopeKey struct{}
@@ -53,15 +56,30 @@ func (sc *txScope) took(id LockID, token int64) {
 	if sc.held == nil {
 		sc.held = make(map[LockID]int64)
 	}
+	if _, ok := sc.held[id]; !ok {
+		sc.order = append(sc.order, id)
+	}
 	sc.held[id] = token
 }
 
-// forget records that the transaction no longer holds id's lock: the
-// savepoint it was taken in was rolled back.
-func (sc *txScope) forget(id LockID) {
+// mark returns the point to forget back to (forgetSince) when a savepoint
+// opened now is rolled back.
+func (sc *txScope) mark() int {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	delete(sc.held, id)
+	return len(sc.order)
+}
+
+// forgetSince records that the transaction no longer holds the locks taken
+// since mark: the savepoint opened at mark was rolled back, freeing them on
+// the server, those of nested calls that had released into it included.
+func (sc *txScope) forgetSince(mark int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, id := range sc.order[mark:] {
+		delete(sc.held, id)
+	}
+	sc.order = sc.order[:mark]
 }
 
 // WithTx returns a ctx that carries tx, a transaction the caller opened and
