@@ -42,7 +42,13 @@ func TestProcessNodeLockCrashRestart(t *testing.T) {
 		out = storm(ctx, c, []string{a.url, b.url}, signups("crash", 20, 20),
 			stormConfig{workers: 8, afterN: 40, after: func() { close(crash) }})
 	})
-	<-crash
+	// The storm ends with the test, whichever way the test ends.
+	defer func() { cancel(); wg.Wait() }()
+	select {
+	case <-crash:
+	case <-ctx.Done():
+		t.Fatal("the storm never got 40 answers")
+	}
 	start := time.Now()
 	require.NoError(t, cluster.CrashRestart(ctx))
 	restarted := time.Since(start)
@@ -64,6 +70,7 @@ func TestProcessNodeLockCrashRestart(t *testing.T) {
 		require.Less(t, o.answer.Status, 500, "no 5xx but 503: %s %v", o.Email, o.answer.Body)
 	}
 	t.Logf("%d of %d sign-ups answered 503 during the outage", unavailable, len(out))
+	require.Positive(t, unavailable, "the storm ran into the outage: the check above saw it")
 
 	// Both nodes take commands again.
 	for i, p := range []*process{a, b} {

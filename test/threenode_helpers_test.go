@@ -67,6 +67,14 @@ var (
 // error, backstop_violations 0 on every node.
 func runStorm(ctx context.Context, t *testing.T, bin string, targets []string, requests, emails int) stormSummary {
 	t.Helper()
+	out, err := stormProcess(ctx, bin, targets, requests, emails)
+	return parseStorm(t, out, err)
+}
+
+// stormProcess runs the storm tool and returns its output: it touches no
+// testing.T, so that it may run on a goroutine of its own (parseStorm then
+// checks its result on the test's).
+func stormProcess(ctx context.Context, bin string, targets []string, requests, emails int) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, "storm", "-target", strings.Join(targets, ","),
 		"-requests", strconv.Itoa(requests), "-emails", strconv.Itoa(emails), "-progress", "off")
 	var out bytes.Buffer
@@ -74,8 +82,14 @@ func runStorm(ctx context.Context, t *testing.T, bin string, targets []string, r
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	dieWithTest(cmd)
 	err := cmd.Run()
-	require.NoError(t, err, "storm:\n%s", out.String())
-	s := stormSummary{out: out.String()}
+	return out.String(), err
+}
+
+// parseStorm checks a storm's exit and reads its summary.
+func parseStorm(t *testing.T, out string, err error) stormSummary {
+	t.Helper()
+	require.NoError(t, err, "storm:\n%s", out)
+	s := stormSummary{out: out}
 	atoi := func(re *regexp.Regexp) int {
 		m := re.FindStringSubmatch(s.out)
 		require.NotNil(t, m, "%s in the summary:\n%s", re, s.out)
