@@ -37,10 +37,10 @@ var (
 // 503) tells "try again later" apart from a fault.
 var errUnavailable = &middleware.Rejection{Code: middleware.CodeUnavailable, Message: "NATS is unavailable"}
 
-// wrap returns err, the failure of op, as a transport error: matching
-// middleware.ErrUnavailable when unavailable(err) holds.
-func wrap(op string, err error) error {
-	if unavailable(err) {
+// wrap returns err, the failure of op under ctx, as a transport error:
+// matching middleware.ErrUnavailable when unavailable(ctx, err) holds.
+func wrap(ctx context.Context, op string, err error) error {
+	if unavailable(ctx, err) {
 		return fmt.Errorf("natstransport: %s: %w: %w", op, errUnavailable, err)
 	}
 	return fmt.Errorf("natstransport: %s: %w", op, err)
@@ -51,8 +51,13 @@ func wrap(op string, err error) error {
 // draining or reconnecting (the transport keeps no reconnect buffer, so a
 // publish fails at once), no server answered in time, JetStream has no
 // responder for the subject (it is restarting, or the stream is gone), or
-// JetStream answered 503 (not ready, out of resources).
-func unavailable(err error) bool {
+// JetStream answered 503 (not ready, out of resources). A deadline counts
+// only when it is not ctx's own: a caller whose ctx ran out was not told
+// "try again" by NATS.
+func unavailable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return false
+	}
 	for _, target := range []error{
 		nats.ErrConnectionClosed, nats.ErrConnectionDraining, nats.ErrConnectionReconnecting,
 		nats.ErrReconnectBufExceeded, nats.ErrDisconnected, nats.ErrStaleConnection, nats.ErrNoServers,

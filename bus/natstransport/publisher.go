@@ -1,6 +1,7 @@
 package natstransport
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -27,7 +28,7 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	subject := p.t.Subject(topic)
 	if err := p.inner.Publish(subject, msgs...); err != nil {
-		return wrap("publish to "+subject, err)
+		return wrap(context.Background(), "publish to "+subject, err)
 	}
 	return nil
 }

@@ -34,8 +34,8 @@ func streamConfig(cfg Config) *nats.StreamConfig {
 
 // ensureStream creates the stream, or checks that it exists with the
 // configuration this node wants.
-func (t *Transport) ensureStream(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
+func (t *Transport) ensureStream(outer context.Context) error {
+	ctx, cancel := context.WithTimeout(outer, t.cfg.RequestTimeout)
 	defer cancel()
 	want := streamConfig(t.cfg)
 	_, err := t.js.AddStream(want, nats.Context(ctx))
@@ -43,11 +43,11 @@ func (t *Transport) ensureStream(ctx context.Context) error {
 		return nil
 	}
 	if !errors.Is(err, nats.ErrStreamNameAlreadyInUse) {
-		return wrap("create stream "+want.Name, err)
+		return wrap(outer, "create stream "+want.Name, err)
 	}
 	info, ierr := t.js.StreamInfo(want.Name, nats.Context(ctx))
 	if ierr != nil {
-		return wrap("create stream "+want.Name, errors.Join(err, ierr))
+		return wrap(outer, "create stream "+want.Name, errors.Join(err, ierr))
 	}
 	return fmt.Errorf("%w: stream %s exists with %s: change the configuration, or delete the stream (nats stream rm %s) to have it created anew",
 		ErrConfigMismatch, want.Name, streamDiff(&info.Config, want), want.Name)
@@ -101,8 +101,8 @@ func (t *Transport) consumerConfig(topic string) *nats.ConsumerConfig {
 
 // ensureConsumer creates topic's consumer, or checks that it exists with
 // the configuration this node wants, and returns that configuration.
-func (t *Transport) ensureConsumer(ctx context.Context, topic string) (*nats.ConsumerConfig, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
+func (t *Transport) ensureConsumer(outer context.Context, topic string) (*nats.ConsumerConfig, error) {
+	ctx, cancel := context.WithTimeout(outer, t.cfg.RequestTimeout)
 	defer cancel()
 	want := t.consumerConfig(topic)
 	info, err := t.js.AddConsumer(t.cfg.Stream, want, nats.Context(ctx))
@@ -111,7 +111,7 @@ func (t *Transport) ensureConsumer(ctx context.Context, topic string) (*nats.Con
 		info, err = t.js.ConsumerInfo(t.cfg.Stream, want.Durable, nats.Context(ctx))
 	}
 	if err != nil {
-		return nil, wrap(fmt.Sprintf("create consumer %s of topic %q", want.Durable, topic), err)
+		return nil, wrap(outer, fmt.Sprintf("create consumer %s of topic %q", want.Durable, topic), err)
 	}
 	if d := consumerDiff(&info.Config, want); d != "" {
 		return nil, fmt.Errorf("%w: consumer %s of topic %q exists with %s: every node of stream %s must agree; delete the consumer (nats consumer rm %s %s) to change it",

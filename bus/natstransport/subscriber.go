@@ -91,7 +91,7 @@ func (s *subscriber) start(ctx context.Context, topic string) (*subscription, er
 		},
 	}, quietStopping{sub.logger})
 	if err != nil {
-		return nil, wrap(fmt.Sprintf("subscribe to %q", topic), err)
+		return nil, wrap(ctx, fmt.Sprintf("subscribe to %q", topic), err)
 	}
 	// Never inner.Close: it would drain the transport's connection. The
 	// subscription ends with innerCtx.
@@ -99,7 +99,7 @@ func (s *subscriber) start(ctx context.Context, topic string) (*subscription, er
 	in, err := inner.Subscribe(innerCtx, ccfg.FilterSubject)
 	if err != nil {
 		cancel()
-		return nil, wrap(fmt.Sprintf("subscribe to %q", topic), err)
+		return nil, wrap(ctx, fmt.Sprintf("subscribe to %q", topic), err)
 	}
 	sub.in, sub.cancelInner = in, cancel
 	return sub, nil

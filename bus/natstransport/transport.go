@@ -90,7 +90,7 @@ func New(ctx context.Context, url string, cfg Config) (*Transport, error) {
 	}, cfg.NatsOptions...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, wrap("connect", err)
+		return nil, wrap(ctx, "connect", err)
 	}
 	t.nc = nc
 	fail := func(err error) (*Transport, error) {
@@ -98,7 +98,7 @@ func New(ctx context.Context, url string, cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	if t.js, err = nc.JetStream(nats.MaxWait(cfg.RequestTimeout)); err != nil {
-		return fail(wrap("JetStream", err))
+		return fail(wrap(ctx, "JetStream", err))
 	}
 	if err := t.ensureStream(ctx); err != nil {
 		return fail(err)
@@ -114,7 +114,7 @@ func New(ctx context.Context, url string, cfg Config) (*Transport, error) {
 		},
 	}, t.logger)
 	if err != nil {
-		return fail(wrap("publisher", err))
+		return fail(wrap(ctx, "publisher", err))
 	}
 	t.publisher = &publisher{t: t, inner: inner}
 	t.commands = &subscriber{t: t, ackSync: true}
