@@ -156,8 +156,7 @@ func (s *Store) bumpEpochAside(ctx context.Context) error {
 		return fmt.Errorf("connect to bump the token epoch: %w", err)
 	}
 	defer closeConn(conn)
-	err = s.bumpEpoch(ctx, conn)
-	return err
+	return s.bumpEpoch(ctx, conn)
 }
 
 // release releases the savepoint once fn has succeeded, and merges the

@@ -271,6 +271,14 @@ func (st *serialTxn) begin(ctx context.Context, token *int64) error {
 		if attempt > 0 {
 			return fmt.Errorf("%w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
 		}
+		if st.xs != nil {
+			// The connection is an enclosing Exclusive's, holding its
+			// session lock: a failed bump must not cost it that session.
+			if err := st.s.bumpEpochAside(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		bctx, cancel = context.WithTimeout(ctx, st.s.cfg.Timeout)
 		err = st.s.bumpEpoch(bctx, st.conn)
 		cancel()
