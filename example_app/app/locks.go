@@ -28,16 +28,22 @@ type HeldLock struct {
 }
 
 // Locks lists the locks and claims held now by every node sharing the
-// node's database; with key non-nil, only the holder of key (at most one
-// entry), wherever it runs.
+// node's database, in the app's namespaces (PostgreSQL lists every
+// advisory lock of the database, other programs' too: those are left
+// out); with key non-nil, only the holder of key (at most one entry),
+// wherever it runs.
 func (n *Node) Locks(ctx context.Context, key *lockstore.Key) ([]HeldLock, error) {
 	hs, err := n.backend.held(ctx)
 	if err != nil {
 		return nil, n.dbError(ctx, err)
 	}
+	ours := Namespaces()
 	out := []HeldLock{}
 	for _, h := range hs {
 		if key != nil && !n.backend.holds(h, *key) {
+			continue
+		}
+		if _, ok := ours[h.Key.Namespace]; key == nil && !ok {
 			continue
 		}
 		l := HeldLock{Namespace: h.Key.Namespace, ID: h.Key.ID, Token: h.Token, Node: h.Node}

@@ -108,6 +108,9 @@ func TestLocksOtherNode(t *testing.T) {
 	one = getLocks(t, bURL, "?namespace=some.thing&id=x-1")
 	require.Len(t, one, 1)
 	require.Equal(t, "pg-a", one[0].Node)
+	// The list shows the app's namespaces only: an advisory lock of
+	// another program on the database is not the API's to show.
+	require.Len(t, getLocks(t, bURL, ""), 1, "the list is the app's own")
 
 	require.NoError(t, lo.Release(context.Background()))
 	require.NoError(t, l.Release(context.Background()))
