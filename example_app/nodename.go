@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/claimbus/claimbus/example_app/app"
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -72,7 +74,13 @@ func (h *nameHolder) watch(ctx context.Context) error {
 // retake takes the name again, with backoff while the store is
 // unavailable; nil, nil when ctx ends first.
 func (h *nameHolder) retake(ctx context.Context) (lockstore.Lock, error) {
-	wait := retakeFirst
+	// Jitter: every node lost its name in the same outage, and they should
+	// not all try again in step.
+	b := &backoff.ExponentialBackOff{InitialInterval: retakeFirst, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: retakeMax}
+	b.Reset()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
 	for {
 		l, err := h.store.TryLock(ctx, h.key)
 		switch {
@@ -86,12 +94,12 @@ func (h *nameHolder) retake(ctx context.Context) (lockstore.Lock, error) {
 		default:
 			h.logger.Debug("retaking the node name", "error", err)
 		}
+		timer.Reset(min(b.NextBackOff(), retakeMax))
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case <-time.After(wait):
+		case <-timer.C:
 		}
-		wait = min(2*wait, retakeMax)
 	}
 }
 

@@ -41,13 +41,19 @@ func TestNameHolderRetakes(t *testing.T) {
 	l, err := mem.TryLock(context.Background(), key)
 	require.NoError(t, err)
 	node := testNode(t)
-	h := &nameHolder{store: mem, key: key, node: node, logger: slog.New(slog.DiscardHandler), lock: l}
+	// The first retake waits at a gate, so that the test sees the node
+	// unavailable meanwhile.
+	gated := &gatedLocker{Locker: mem, entered: make(chan struct{}), gate: make(chan struct{})}
+	h := &nameHolder{store: gated, key: key, node: node, logger: slog.New(slog.DiscardHandler), lock: l}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.watch(ctx) }()
 
 	require.NoError(t, mem.Reset(context.Background()))
 	<-l.Lost()
+	<-gated.entered
+	require.Equal(t, app.ReasonNodeNameLost, node.Unavailable(), "the node stops taking commands while its name is lost")
+	close(gated.gate)
 	require.Eventually(t, func() bool {
 		hs, err := mem.Held(context.Background())
 		require.NoError(t, err)
@@ -77,6 +83,21 @@ func TestNameHolderTakenByAnother(t *testing.T) {
 	require.Equal(t, app.ReasonNodeNameLost, node.Unavailable())
 	require.Equal(t, 3, fl.calls())
 	require.NoError(t, h.release(), "nothing held")
+}
+
+// gatedLocker holds its first TryLock at gate, after closing entered.
+type gatedLocker struct {
+	lockstore.Locker
+	once          sync.Once
+	entered, gate chan struct{}
+}
+
+func (g *gatedLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.gate
+	})
+	return g.Locker.TryLock(ctx, key)
 }
 
 type fakeLocker struct {
