@@ -163,6 +163,11 @@ func TestCloseBusFirstAcksInFlight(t *testing.T) {
 	<-started
 	closed := make(chan error, 1)
 	go func() { closed <- b.bus.Close() }()
+	// Close has begun (Send then fails with ErrClosed) while the handler
+	// still runs: it must wait for the handler and its ack. The probe
+	// cannot be encoded, so it is never published while the bus is open.
+	unencodable := &struct{ C chan int }{}
+	eventually(t, func() bool { return errors.Is(b.bus.Send(context.Background(), unencodable), bus.ErrClosed) }, "the bus closing")
 	close(release)
 	require.NoError(t, <-closed)
 	require.NoError(t, b.tr.Close())
