@@ -162,33 +162,14 @@ func TestProcessEmbeddedFileInUse(t *testing.T) {
 // in dir, and waits until it listens unless it is refused.
 func startEmbedded(t *testing.T, bin, dir, data string) *process {
 	t.Helper()
-	p := &process{name: "local", cmd: exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-data", data), out: &output{}, done: make(chan struct{})}
+	p := &process{name: "local", cmd: exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-data", data)}
 	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DATABASE_URL=") {
-			env = append(env, kv)
+			p.cmd.Env = append(p.cmd.Env, kv)
 		}
 	}
-	p.cmd.Env = append(env, "GORACE=atexit_sleep_ms=0")
-	dieWithTest(p.cmd)
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("output of embedded node:\n%s", p.out.String())
-		}
-	})
+	spawn(t, p)
 	eventually(t, func() bool {
 		select {
 		case <-p.done:

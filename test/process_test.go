@@ -49,11 +49,22 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 func startProcess(t *testing.T, bin, dsn, name string, extra ...string) *process {
 	t.Helper()
 	args := append([]string{"serve", "-addr", "127.0.0.1:0", "-node", name, "-db", dsn}, extra...)
-	p := &process{name: name, cmd: exec.Command(bin, args...), out: &output{}, done: make(chan struct{})}
+	p := &process{name: name, cmd: exec.Command(bin, args...)}
+	p.cmd.Env = os.Environ()
+	spawn(t, p)
+	return p
+}
+
+// spawn starts p.cmd, whose arguments, directory and environment are set,
+// with its output in p.out; the process is killed, if it still runs, when
+// the test ends, and its output logged when the test failed.
+func spawn(t *testing.T, p *process) {
+	t.Helper()
+	p.out, p.done = &output{}, make(chan struct{})
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// A race-enabled binary waits a second at exit by default; a race it
 	// found still makes it exit with code 66, which requireCleanExit sees.
-	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")
 	dieWithTest(p.cmd)
 	require.NoError(t, p.cmd.Start())
 	go func() {
@@ -68,10 +79,9 @@ func startProcess(t *testing.T, bin, dsn, name string, extra ...string) *process
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("output of node %s:\n%s", name, p.out.String())
+			t.Logf("output of node %s:\n%s", p.name, p.out.String())
 		}
 	})
-	return p
 }
 
 // ready waits until the process prints its address and its /healthz
