@@ -24,14 +24,12 @@ var errUnavailable = &middleware.Rejection{Code: middleware.CodeUnavailable, Mes
 
 // unavailable returns err, the failure of a Publish under ctx, as an error
 // that also matches middleware.ErrUnavailable when the database could not
-// be reached (see isConnectionError): a *middleware.Rejection a sender can
+// be reached (see pgerr.IsConnectionError): a *middleware.Rejection a sender can
 // answer as "try again", with err wrapped beside it.
 func unavailable(ctx context.Context, err error) error {
-	if err == nil || !isConnectionError(ctx, err) {
+	if err == nil || !pgerr.IsConnectionError(ctx, err) {
 		return err
 	}
 	return fmt.Errorf("sqltransport: %w: %w", errUnavailable, err)
 }
 
-// isConnectionError is pgerr.IsConnectionError.
-func isConnectionError(ctx context.Context, err error) bool { return pgerr.IsConnectionError(ctx, err) }

@@ -218,8 +218,10 @@ func TestExclusiveUnconfirmedLockIsLostWithinLeaseBound(t *testing.T) {
 		done <- r
 	}()
 	<-running
-	// Let a check or two succeed, then cut the network.
-	time.Sleep(2 * watchConfig.KeepAlive)
+	// Once a check has confirmed the hold, cut the network: the loss must
+	// then come within LeaseBound of that confirmation.
+	started := time.Now()
+	waitFor(t, "a check confirmed the hold", func() bool { return watcherConfirmedSince(s, started) })
 	silenced := time.Now()
 	silence.silent.Store(true)
 	r := <-done
@@ -227,4 +229,23 @@ func TestExclusiveUnconfirmedLockIsLostWithinLeaseBound(t *testing.T) {
 	require.ErrorIs(t, r.cause, lockstore.ErrLockLost)
 	t.Logf("fn's ctx cancelled %v after the network went silent", r.at.Sub(silenced))
 	require.Less(t, r.at.Sub(silenced), watchConfig.LeaseBound+50*time.Millisecond)
+}
+
+// watcherConfirmedSince reports whether the store's watcher has confirmed
+// one of its holds by a check sent after t.
+func watcherConfirmedSince(s *Store, t time.Time) bool {
+	s.calls.mu.Lock()
+	w := s.calls.watcher
+	s.calls.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for h := range w.holds {
+		if h.confirmed.After(t) {
+			return true
+		}
+	}
+	return false
 }
