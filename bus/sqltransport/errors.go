@@ -32,4 +32,3 @@ func unavailable(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("sqltransport: %w: %w", errUnavailable, err)
 }
-
