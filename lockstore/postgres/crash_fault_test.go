@@ -53,3 +53,27 @@ func lockWhenUp(ctx context.Context, s *Store, key lockstore.Key) (lockstore.Loc
 		}
 	}
 }
+
+// TestTokensRiseAcrossStoreRestarts: a Store closed and made again on the
+// same database (a node restarted) grants tokens above the old one's, per
+// key, and so does another node's Store made later.
+func TestTokensRiseAcrossStoreRestarts(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dsn := pgtest.DSN(t)
+	key := lockstore.Key{Namespace: "restart", ID: "1"}
+	var last int64
+	for round := range 3 {
+		pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2})
+		s, err := New(ctx, pool, Config{})
+		require.NoError(t, err)
+		for range 5 {
+			l, err := s.TryLock(ctx, key)
+			require.NoError(t, err)
+			require.Greater(t, l.Token(), last, "round %d: token went back", round)
+			last = l.Token()
+			require.NoError(t, l.Release(ctx))
+		}
+		require.NoError(t, s.Close())
+	}
+}
