@@ -200,14 +200,25 @@ func TestLockConnsGrowAndShrink(t *testing.T) {
 	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}),
 		Config{LockConns: 2, LocksPerConn: 10, MaxHeld: 100, KeepAlive: 20 * time.Millisecond})
 
-	activeExtra := func() int {
-		n := 0
-		for _, c := range *s.active.Load() {
-			if !c.base {
-				n++
+	// ready: two connections take new grants (rebalance opens more until
+	// LockConns do), and none of them is full.
+	ready := func() bool {
+		active := *s.active.Load()
+		for _, c := range active {
+			if c.full.Load() {
+				return false
 			}
 		}
-		return n
+		return len(active) == 2
+	}
+	full := func() map[*lockConn]bool {
+		m := map[*lockConn]bool{}
+		for _, c := range s.lockConns() {
+			if c.full.Load() {
+				m[c] = true
+			}
+		}
+		return m
 	}
 	var locks []lockstore.Lock
 	take := func(n int) []lockstore.Lock {
@@ -220,14 +231,17 @@ func TestLockConnsGrowAndShrink(t *testing.T) {
 		}
 		return got
 	}
-	// Both base connections full: two more open and take the new grants.
-	take(20)
-	waitFor(t, "two extra lock connections", func() bool { return activeExtra() == 2 })
-	for _, l := range take(20) {
-		require.False(t, l.(*pgLock).c.base, "a grant went to a full connection")
+	// Three rounds of 20 at 10 a connection: each fills connections, the
+	// store opens others, and the next round's grants never go to one that
+	// was full when it began.
+	for round := range 3 {
+		waitFor(t, "two lock connections taking grants", ready)
+		wasFull := full()
+		for _, l := range take(20) {
+			require.False(t, wasFull[l.(*pgLock).c], "round %d: a grant went to a full connection", round)
+		}
 	}
-	waitFor(t, "two more", func() bool { return activeExtra() == 2 && len(s.lockConns()) == 6 })
-	take(20)
+	require.Greater(t, len(s.lockConns()), 2, "the store opened lock connections")
 	require.Equal(t, 60, ownLocks(ctx, t, admin, s))
 
 	// Tokens still rise per key across connections.

@@ -79,7 +79,12 @@ func (s *Store) grown(c *lockConn, err error) {
 	defer s.connsMu.Unlock()
 	s.growing = false
 	if err != nil {
+		// Try again once the backoff has passed: nothing else may call
+		// rebalance meanwhile (no connection changes state).
 		s.growFailed = time.Now()
+		if !s.closing {
+			s.growRetry = time.AfterFunc(s.cfg.ReconnectBackoff, s.rebalance)
+		}
 		return
 	}
 	s.rebalanceLocked()

@@ -59,6 +59,7 @@ type Store struct {
 	maxConns   int
 	growing    bool
 	growFailed time.Time
+	growRetry  *time.Timer // calls rebalance after a failed growth
 	closing    bool
 	// held counts the locks held and the lock requests on their way, for
 	// maxHeld (Config.MaxHeld, or its default from the server's settings).
@@ -296,6 +297,9 @@ func (s *Store) Close() error {
 		// No connection opens from now on (see rebalance).
 		s.connsMu.Lock()
 		s.closing = true
+		if s.growRetry != nil {
+			s.growRetry.Stop()
+		}
 		s.connsMu.Unlock()
 		s.cancel()
 		s.calls.closeAll(s.cfg.Timeout) // Serialize and Exclusive: stop, wait up to Timeout, then close their sockets
