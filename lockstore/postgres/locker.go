@@ -96,12 +96,16 @@ func (l *pgLock) Release(context.Context) error {
 // released. The turn passes on. The connection's mutex is held.
 func (l *pgLock) end(cause error) {
 	l.lostErr = cause
-	if l.state.CompareAndSwap(lockHeld, lockLost) {
-		close(l.lost)
-	} else {
+	lost := l.state.CompareAndSwap(lockHeld, lockLost)
+	if !lost {
 		l.state.Store(lockReleased)
 	}
+	// The turn passes before Lost closes: a holder that takes the key again
+	// as soon as it sees the loss must not find its own old turn.
 	l.c.s.queue.pass(l.id)
+	if lost {
+		close(l.lost)
+	}
 }
 
 // connFor is the lock connection a new grant of id goes to: one of the
