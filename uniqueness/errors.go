@@ -20,6 +20,10 @@ var (
 	// may now hold the value, so the handler should stop before it writes.
 	ErrClaimLost = errors.New("uniqueness: claim lost while the handler ran")
 
+	// ErrNoReservations is returned by Middleware.Free for a scope none of
+	// whose rules reserves (uniqueness.Reserve).
+	ErrNoReservations = errors.New("uniqueness: no rule of this scope reserves")
+
 	// errNilLookup is returned by Claim when the lookup function is nil.
 	errNilLookup = errors.New("uniqueness: nil lookup function (Claim needs a func(ctx) (taken bool, err error))")
 	// errNilLocker is returned by Claim on a Claimer made without a Locker.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -27,8 +29,12 @@ const AssignClaims = "uniqueness.claims"
 // lookups of a command with few unique fields, so that one allocation
 // serves them all.
 type held struct {
-	claims   []*Claim
-	cancel   context.CancelCauseFunc
+	claims []*Claim
+	cancel context.CancelCauseFunc
+	// groups are the command's groups of targets; reserves is set when a
+	// rule of one of them reserves.
+	groups   []group
+	reserves bool
 	claimBuf [2]*Claim
 	targets  [4]target
 	groupBuf [2]group
@@ -40,19 +46,47 @@ type group struct {
 	targets []target
 	// hit is the rule whose lookup found its value taken or failed.
 	hit *Rule
+	// m, owner (the command's id) and phase serve the reservations of the
+	// group's rules.
+	m     *Middleware
+	owner string
+	phase phase
 }
 
-// taken looks up every value of the group, stopping at the first taken.
+// taken reports whether a value of the group is taken, stopping at the
+// first. While claiming, a value is taken when its lookup finds it or,
+// for a rule that reserves, when another holds its reservation; a free
+// value of such a rule is reserved for the command. At the re-check of a
+// release, a value the command reserved and succeeded with is taken (so
+// waiters fail at once); the others are looked up.
 func (g *group) taken(ctx context.Context) (bool, error) {
-	for _, t := range g.targets {
+	for i := range g.targets {
+		t := &g.targets[i]
+		if t.confirmed || (g.phase == succeeded && t.reserved) {
+			g.hit = t.rule
+			return true, nil
+		}
 		taken, err := t.rule.taken(ctx, t.key.ID)
 		if err != nil {
 			g.hit = t.rule
+			g.cancelReserved(ctx)
 			return false, fmt.Errorf("field %s: %w", t.rule.field, err)
 		}
 		if taken {
 			g.hit = t.rule
+			if g.phase == claiming && t.rule.reserve != nil {
+				g.cancelReserved(ctx)
+				g.drop(ctx, t)
+			}
 			return true, nil
+		}
+		if g.phase == claiming && t.rule.reserve != nil {
+			heldByOther, err := g.reserve(ctx, t)
+			if err != nil || heldByOther {
+				g.hit = t.rule
+				g.cancelReserved(ctx)
+				return heldByOther, err
+			}
 		}
 	}
 	return false, nil
@@ -132,6 +166,7 @@ func (c Config) Validate() error {
 			seen[field{r.cmdType, r.field}] = true
 		}
 	}
+	errs = append(errs, checkScopes(c.Rules)...)
 	return errors.Join(errs...)
 }
 
@@ -186,6 +221,8 @@ func ClaimsOf(p *middleware.Pipeline) []*Claim {
 type target struct {
 	key  lockstore.Key
 	rule *Rule
+	// reserved and confirmed follow the command's reservation of the value.
+	reserved, confirmed bool
 }
 
 // BeforeDispatch claims every unique field of the command, all or nothing,
@@ -224,6 +261,15 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	if h == nil {
 		return
 	}
+	owner := p.CommandUUID
+	for _, t := range targets {
+		if t.rule.reserve != nil {
+			h.reserves = true
+			if owner == "" {
+				owner = uuid.NewString() // a reservation needs an owner
+			}
+		}
+	}
 	if len(targets) > 1 {
 		slices.SortStableFunc(targets, func(a, b target) int { return m.compare(a.key, b.key) })
 	}
@@ -245,7 +291,8 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 			j++
 		}
 		g := &groups[n]
-		g.targets = targets[i:j:j]
+		g.targets, g.m, g.owner = targets[i:j:j], m, owner
+		h.groups = groups[:n+1]
 		wait := m.timeout
 		if i > 0 {
 			wait = max(m.timeout-time.Since(start), time.Nanosecond)
@@ -253,6 +300,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		i = j
 		cl, err := m.claimer.claim(ctx, g.targets[0].key, g, wait)
 		if err != nil {
+			m.settle(ctx, p, h, false)
 			m.releaseAll(ctx, p.CommandUUID, claims, true)
 			m.halt(ctx, p, targets, cmp.Or(g.hit, g.targets[0].rule).field, err)
 			return
@@ -260,6 +308,9 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		claims = append(claims, cl)
 	}
 	hctx, cancel := context.WithCancelCause(p.Context())
+	if h.reserves {
+		hctx = context.WithValue(hctx, heldKey{}, h)
+	}
 	p.SetContext(hctx)
 	h.claims, h.cancel = claims, cancel
 	for _, cl := range claims {
@@ -305,19 +356,25 @@ func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets [
 // AfterDispatch releases the claims after the handler succeeded. Each
 // release runs the lookup again when claimants wait, so they fail at once
 // now that the value exists.
-func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) { m.release(ctx, p) }
+func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) {
+	m.release(ctx, p, true)
+}
 
 // AfterFailure releases the claims after the handler failed or panicked,
 // or the command was halted; the next claimant takes its turn.
-func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) { m.release(ctx, p) }
+func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
+	m.release(ctx, p, false)
+}
 
-// release releases the claims, and ends the handler's context.
-func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline) {
+// release settles the reservations of a command that succeeded (ok) or
+// failed, releases its claims, and ends the handler's context.
+func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline, ok bool) {
 	v, _ := p.Assigned(AssignClaims)
-	h, ok := v.(*held)
-	if !ok {
+	h, isHeld := v.(*held)
+	if !isHeld {
 		return
 	}
+	m.settle(ctx, p, h, ok)
 	m.releaseAll(ctx, p.CommandUUID, h.claims, false)
 	h.cancel(context.Canceled)
 }

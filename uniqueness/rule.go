@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
+	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -43,14 +45,19 @@ type Rule struct {
 	normalize NormalizeFunc
 	taken     LookupFunc
 	done      func(ctx context.Context, cmd any, value string) (bool, error)
-	err       error
+	// reserve, when set, keeps a durable reservation of each value the
+	// rule claims, for maxLag (see Reserve).
+	reserve claimstore.Reservations
+	maxLag  time.Duration
+	err     error
 }
 
-// Option adds to a Rule made by Field: Normalize or AlreadyDone.
+// Option adds to a Rule made by Field: Normalize, AlreadyDone or Reserve.
 type Option struct {
 	normalize NormalizeFunc
 	done      func(ctx context.Context, cmd any, value string) (bool, error)
 	doneType  reflect.Type
+	reserve   *reserveOption
 }
 
 // Normalize makes a rule claim and look up f(value) instead of the value
@@ -114,6 +121,8 @@ func Field[C any](field, scope string, value func(C) string, taken LookupFunc, o
 	}
 	for _, o := range opts {
 		switch {
+		case o.reserve != nil:
+			errs = append(errs, o.reserve.apply(&r)...)
 		case o.normalize != nil:
 			r.normalize = o.normalize
 		case o.doneType != nil && o.doneType != r.cmdType:
