@@ -4,26 +4,55 @@
 // and the Uniqueness middleware that puts them in front of a command
 // handler.
 //
-// # READ THIS FIRST: the lookup must see what the handler writes
+// # READ THIS FIRST: which lookups are safe, and when to reserve
 //
-// A claim is only as good as its lookup. The guarantee "one staff per
-// email" holds when, and only when:
+// A claim is only as good as its lookup. Without reservations, the
+// guarantee "one staff per email" holds when, and only when:
 //
 //   - the lookup reads what the handler writes, in the same strongly
 //     consistent store (the table the handler inserts into, in the same
-//     database, on the primary: never a cache, a search index, a replica or
-//     a projection fed by events);
+//     database, on the primary);
 //   - the handler's write has committed before the claim is released (the
 //     middleware releases in its after hooks, which run once the handler
 //     has returned: commit inside the handler, not in an outer transaction
 //     that commits later).
 //
-// A read model that lags behind the write (an eventually consistent
-// projection, an asynchronous replica) lets a duplicate through: the next
-// claimant's lookup does not see the row yet and finds the value free.
-// Keep a unique index on the column all the same, as the last line of
-// defence: the claims make it never fire, and it catches whatever bypasses
-// them (a migration, a script, a bug).
+// A lookup that reads anything that lags behind the write (a projection
+// fed by events, an asynchronous replica, a cache, a search index) lets a
+// duplicate through without reservations: the next claimant's lookup does
+// not see the value yet and finds it free. Such rules need Reserve.
+//
+// With Reserve(store, maxLag), a value is taken when the lookup finds it or
+// a reservation holds it, so the lookup may lag, by up to maxLag:
+//
+//   - under the claim, before the handler runs, the value is reserved
+//     (pending, owned by the command); once the handler succeeds it is
+//     confirmed (AfterDispatch), and a confirmed reservation keeps the value
+//     taken until the lookup shows it; when the handler fails it is
+//     cancelled (AfterFailure) and the value is free at once. A handler that
+//     commits and can fail afterwards (publishing its event) calls
+//     Committed right after its commit, which confirms at once;
+//   - a pending reservation whose owner is gone (a node that crashed, a
+//     claim whose lock was lost, between the handler's commit and the
+//     confirmation) is in doubt: its value stays taken until the lookup
+//     shows it (then taken for good) or maxLag passes without it appearing
+//     (then free). So a crash never produces a duplicate, provided the write
+//     shows within maxLag, and never blocks a value forever;
+//   - a reservation is dropped once the lookup shows its value, at the next
+//     claim of the value and by the sweeper (Sweep, RunSweeper), which runs
+//     on one node at a time: the store holds only values in flight or not
+//     yet shown. Free frees a value (a deleted account, a changed email);
+//   - claimants queued behind a holder that succeeded fail at once with
+//     already_taken, as they do when the lookup sees the value.
+//
+// The store is a claimstore backend shared by every node: claimstore/postgres
+// on the database the Locker uses, claimstore/sqlite for one host, or the
+// memory store for one process. A claim with a reservation costs a
+// reservation write before the handler and a confirmation after it.
+//
+// Keep a unique index on the column of the read model all the same, as the
+// last line of defence: the claims make it never fire, and it catches
+// whatever bypasses them (a migration, a script, a bug).
 //
 // # The Uniqueness middleware
 //

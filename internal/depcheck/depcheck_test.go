@@ -21,6 +21,7 @@ var light = []string{
 	"github.com/claimbus/claimbus/uniqueness",
 	"github.com/claimbus/claimbus/bus",
 	"github.com/claimbus/claimbus/commands",
+	"github.com/claimbus/claimbus/claimstore",
 }
 
 func TestLightPackagesDoNotDependOnHeavyOnes(t *testing.T) {
