@@ -84,16 +84,18 @@ func (m *memTable) count(context.Context) (int, error) {
 // recognised by the staff id.
 func emailRule(table staffTable) uniqueness.Rule { return emailRuleWith(table, table.taken) }
 
-// emailRuleWith is emailRule with lookup as the lookup.
-func emailRuleWith(table staffTable, lookup uniqueness.LookupFunc) uniqueness.Rule {
-	return uniqueness.Field("email", "staff.email",
-		func(c *commands.CreateStaff) string { return c.Email },
-		lookup,
+// emailRuleWith is emailRule with lookup as the lookup, and the extra
+// options.
+func emailRuleWith(table staffTable, lookup uniqueness.LookupFunc, extra ...uniqueness.Option) uniqueness.Rule {
+	opts := append([]uniqueness.Option{
 		uniqueness.Normalize(uniqueness.NormalizeEmail),
 		uniqueness.AlreadyDone(func(ctx context.Context, c *commands.CreateStaff, email string) (bool, error) {
 			id, err := table.owner(ctx, email)
 			return id == c.StaffID, err
-		}))
+		}),
+	}, extra...)
+	return uniqueness.Field("email", "staff.email",
+		func(c *commands.CreateStaff) string { return c.Email }, lookup, opts...)
 }
 
 // staffHandler is a CreateStaff handler writing to a table; it counts its

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +33,9 @@ const pgBenchConns = 16
 //     staff table and whose handler inserts into it;
 //   - bus: the same, sent with Dispatch on an in-process bus;
 //   - runner-batched, bus-batched: the same with the lookups batched
-//     (Batched, one SELECT ... WHERE email = ANY($1) per batch).
+//     (Batched, one SELECT ... WHERE email = ANY($1) per batch);
+//   - runner-batched-reserved, bus-batched-reserved: the same with a
+//     reservation per claim (Reserve, on claimstore/postgres).
 //
 // Compare the ops/s metrics.
 func BenchmarkPostgresStorm(b *testing.B) {
@@ -57,17 +60,26 @@ func BenchmarkPostgresStorm(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	})
 
-	for _, batched := range []bool{false, true} {
-		suffix := ""
+	reservations := newReservations(b, pool)
+	for _, variant := range []struct {
+		suffix  string
+		batched bool
+		extra   []uniqueness.Option
+	}{
+		{"", false, nil},
+		{"-batched", true, nil},
+		{"-batched-reserved", true, []uniqueness.Option{uniqueness.Reserve(reservations, time.Minute)}},
+	} {
+		suffix := variant.suffix
 		lookup := table.taken
-		if batched {
-			suffix = "-batched"
+		if variant.batched {
 			lookup = uniqueness.Batched(table.takenBatch)
 		}
+		rule := emailRuleWith(table, lookup, variant.extra...)
 		b.Run("runner"+suffix, func(b *testing.B) {
 			store := newPGStore(b, pool)
 			h := &staffHandler{table: table}
-			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRuleWith(table, lookup)}})
+			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
 			runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw}})
 			require.NoError(b, err)
 			handle := func(ctx context.Context, p *middleware.Pipeline) (any, error) {
@@ -92,7 +104,7 @@ func BenchmarkPostgresStorm(b *testing.B) {
 		b.Run("bus"+suffix, func(b *testing.B) {
 			store := newPGStore(b, pool)
 			h := &staffHandler{table: table}
-			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRuleWith(table, lookup)}})
+			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
 			bb := newBus(b, bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: pgBenchSenders}, h)
 			b.ResetTimer()
 			b.SetParallelism(parallelism())
