@@ -72,9 +72,8 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 	return o
 }
 
-// Field returns the rule that field of commands of type C (the type the
-// pipeline carries, usually a pointer such as *commands.CreateStaff) is
-// unique within scope:
+// Field returns the rule that field of commands of type C is unique within
+// scope:
 //
 //	uniqueness.Field("email", "staff.email",
 //		func(c *commands.CreateStaff) string { return c.Email },
@@ -87,6 +86,14 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 // reads the field; taken is the lookup, given the normalised value. An
 // empty value (after normalising) claims nothing: reject it with
 // validation.
+//
+// C is matched against the commands as the pipeline carries them, which
+// are pointers (the bus and a middleware.Registry decode into a
+// *commands.CreateStaff). A rule for a pointer type (*commands.CreateStaff)
+// or an interface matches the commands of that type. A rule for a
+// non-pointer type (commands.CreateStaff) matches both values of that type
+// and non-nil pointers to them, which it dereferences; a nil pointer claims
+// nothing.
 //
 // Mistakes in the arguments are reported by Config.Validate.
 func Field[C any](field, scope string, value func(C) string, taken LookupFunc, opts ...Option) Rule {
@@ -101,13 +108,7 @@ func Field[C any](field, scope string, value func(C) string, taken LookupFunc, o
 	if value == nil {
 		errs = append(errs, errors.New("nil value function"))
 	} else {
-		r.match = func(cmd any) (string, bool) {
-			c, ok := cmd.(C)
-			if !ok {
-				return "", false
-			}
-			return value(c), true
-		}
+		r.match = matchFunc(value)
 	}
 	if taken == nil {
 		errs = append(errs, errors.New("nil lookup"))
@@ -130,6 +131,33 @@ func Field[C any](field, scope string, value func(C) string, taken LookupFunc, o
 		r.err = fmt.Errorf("uniqueness: rule for field %q of %v: %w", field, r.cmdType, errors.Join(errs...))
 	}
 	return r
+}
+
+// matchFunc returns the match function of a rule for C reading its field
+// with value: it takes cmd when it is a C, or, when C is a non-pointer
+// concrete type, a non-nil *C.
+func matchFunc[C any](value func(C) string) func(cmd any) (string, bool) {
+	if k := reflect.TypeFor[C]().Kind(); k == reflect.Pointer || k == reflect.Interface {
+		return func(cmd any) (string, bool) {
+			c, ok := cmd.(C)
+			if !ok {
+				return "", false
+			}
+			return value(c), true
+		}
+	}
+	return func(cmd any) (string, bool) {
+		switch c := cmd.(type) {
+		case *C:
+			if c == nil {
+				return "", false
+			}
+			return value(*c), true
+		case C:
+			return value(c), true
+		}
+		return "", false
+	}
 }
 
 // value returns the normalised value of the rule's field in cmd, and
