@@ -93,7 +93,9 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 // or an interface matches the commands of that type. A rule for a
 // non-pointer type (commands.CreateStaff) matches both values of that type
 // and non-nil pointers to them, which it dereferences; a nil pointer claims
-// nothing.
+// nothing. Where the pipeline knows its commands (the bus at Start, a
+// Registry given to middleware.RouterMiddleware), a rule whose C none of
+// them has is an error matching middleware.ErrUnhandledCommandType.
 //
 // Mistakes in the arguments are reported by Config.Validate.
 func Field[C any](field, scope string, value func(C) string, taken LookupFunc, opts ...Option) Rule {

@@ -57,3 +57,71 @@ func TestValueTypeRuleMatchesValuesAndSkipsNil(t *testing.T) {
 	require.Empty(t, uniqueness.ClaimsOf(p))
 	requireNothingHeld(t, store)
 }
+
+// A rule whose command type no handler takes fails the bus's Start; the
+// same bus starts once the handler is registered.
+func TestBusStartRefusesARuleWithoutAHandler(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		rule uniqueness.Rule
+		want string
+	}{
+		{"pointer rule", uniqueness.Field("email", "staff.email",
+			func(c *commands.CreateStaff) string { return c.Email }, newMemTable().taken), "*commands.CreateStaff"},
+		{"value rule", uniqueness.Field("email", "staff.email",
+			func(c commands.CreateStaff) string { return c.Email }, newMemTable().taken), "commands.CreateStaff"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{tt.rule}})
+			b, err := bus.New(bus.Config{Middleware: []middleware.Middleware{mw}})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, b.Close()) })
+			require.NoError(t, bus.Handle(b, func(context.Context, *renameStaff) (string, error) { return "", nil }))
+
+			err = b.Start(context.Background())
+			require.ErrorIs(t, err, middleware.ErrUnhandledCommandType)
+			require.Contains(t, err.Error(), `rule for field "email"`)
+			require.Contains(t, err.Error(), "acts on "+tt.want+",")
+			_, err = bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org"})
+			require.ErrorIs(t, err, bus.ErrNotStarted, "a failed Start starts nothing")
+
+			require.NoError(t, bus.Handle(b, func(_ context.Context, c *commands.CreateStaff) (string, error) { return c.StaffID, nil }))
+			require.NoError(t, b.Start(context.Background()))
+			id, err := bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org"})
+			require.NoError(t, err)
+			require.Equal(t, "s-1", id)
+		})
+	}
+}
+
+// RouterMiddleware refuses a Runner whose rule's command type its Registry
+// does not hold, and accepts it once the type is registered.
+func TestRouterMiddlewareRefusesARuleWithoutARegisteredType(t *testing.T) {
+	t.Parallel()
+	table := newMemTable()
+	mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{
+		uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken),
+		uniqueness.Field("email", "staff.email", func(c *renameStaff) string { return c.Email }, table.taken),
+	}})
+	runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw}})
+	require.NoError(t, err)
+	registry := middleware.NewRegistry(nil)
+	_, err = middleware.Register[renameStaff](registry)
+	require.NoError(t, err)
+
+	_, err = middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: registry})
+	require.ErrorIs(t, err, middleware.ErrUnhandledCommandType)
+	require.Contains(t, err.Error(), "commands.CreateStaff")
+	require.NotContains(t, err.Error(), "renameStaff", "a registered type is not reported")
+
+	_, err = middleware.Register[commands.CreateStaff](registry)
+	require.NoError(t, err)
+	_, err = middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: registry})
+	require.NoError(t, err)
+}
+
+// renameStaff is a second command type with an email, for the tests of
+// command type checks.
+type renameStaff struct{ StaffID, Email string }
