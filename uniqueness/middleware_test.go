@@ -669,6 +669,22 @@ func TestConfigValidate(t *testing.T) {
 		{"value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
 			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken),
 		}}, nil},
+		{"WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+				uniqueness.WriteBack(func(c *commands.CreateStaff, v string) { c.Email = v })),
+		}}, nil},
+		{"WriteBack of another type", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+				uniqueness.WriteBack(func(*commands.GuessWord, string) {})),
+		}}, []string{"WriteBack is for *commands.GuessWord, not *commands.CreateStaff"}},
+		{"WriteBack on a value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken,
+				uniqueness.WriteBack(func(commands.CreateStaff, string) {})),
+		}}, []string{"WriteBack needs a pointer command type (*commands.CreateStaff)"}},
+		{"nil WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+				uniqueness.WriteBack[*commands.CreateStaff](nil)),
+		}}, []string{"nil WriteBack function"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/claimbus/claimbus/lockstore"
@@ -43,14 +44,18 @@ type Rule struct {
 	normalize NormalizeFunc
 	taken     LookupFunc
 	done      func(ctx context.Context, cmd any, value string) (bool, error)
+	writeBack func(cmd any, value string)
 	err       error
 }
 
-// Option adds to a Rule made by Field: Normalize or AlreadyDone.
+// Option adds to a Rule made by Field: Normalize, AlreadyDone or
+// WriteBack.
 type Option struct {
-	normalize NormalizeFunc
-	done      func(ctx context.Context, cmd any, value string) (bool, error)
-	doneType  reflect.Type
+	normalize     NormalizeFunc
+	done          func(ctx context.Context, cmd any, value string) (bool, error)
+	doneType      reflect.Type
+	writeBack     func(cmd any, value string)
+	writeBackType reflect.Type
 }
 
 // Normalize makes a rule claim and look up f(value) instead of the value
@@ -93,7 +98,8 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 // or an interface matches the commands of that type. A rule for a
 // non-pointer type (commands.CreateStaff) matches both values of that type
 // and non-nil pointers to them, which it dereferences; a nil pointer claims
-// nothing. Where the pipeline knows its commands (the bus at Start, a
+// nothing. Such a rule cannot take WriteBack, which must change the
+// command. Where the pipeline knows its commands (the bus at Start, a
 // Registry given to middleware.RouterMiddleware), a rule whose C none of
 // them has is an error matching middleware.ErrUnhandledCommandType.
 //
@@ -125,10 +131,13 @@ func Field[C any](field, scope string, value func(C) string, taken LookupFunc, o
 			errs = append(errs, errors.New("nil AlreadyDone function"))
 		case o.done != nil:
 			r.done = o.done
+		case o.writeBackType != nil:
+			errs = append(errs, r.setWriteBack(o))
 		default:
 			errs = append(errs, errors.New("empty option (a nil function given to Normalize?)"))
 		}
 	}
+	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 	if len(errs) > 0 {
 		r.err = fmt.Errorf("uniqueness: rule for field %q of %v: %w", field, r.cmdType, errors.Join(errs...))
 	}

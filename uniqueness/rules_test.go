@@ -2,6 +2,7 @@ package uniqueness_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,6 +57,40 @@ func TestValueTypeRuleMatchesValuesAndSkipsNil(t *testing.T) {
 	require.False(t, p.Halted())
 	require.Empty(t, uniqueness.ClaimsOf(p))
 	requireNothingHeld(t, store)
+}
+
+// WriteBack puts the normalised value the rule claimed into the command
+// the handler gets, and only for a command that goes on to its handler.
+func TestWriteBackGivesTheHandlerTheClaimedValue(t *testing.T) {
+	t.Parallel()
+	table := newMemTable()
+	var writes atomic.Int64
+	rule := uniqueness.Field("email", "staff.email",
+		func(c *commands.CreateStaff) string { return c.Email },
+		table.taken,
+		uniqueness.Normalize(uniqueness.NormalizeEmail),
+		uniqueness.WriteBack(func(c *commands.CreateStaff, v string) {
+			writes.Add(1)
+			c.Email = v
+		}))
+	mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{rule}})
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+		// Stored as the command carries it: the lookup finds it only if it
+		// is the normalised form.
+		return c.Email, table.insert(ctx, c.StaffID, c.Email, c.Name)
+	}))
+	ctx := context.Background()
+
+	got, err := bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s-1", Email: "  Ann@X.org ", Name: "Ann"})
+	require.NoError(t, err)
+	require.Equal(t, "ann@x.org", got, "the handler sees the claimed value")
+	taken, err := table.taken(ctx, "ann@x.org")
+	require.NoError(t, err)
+	require.True(t, taken)
+
+	_, err = bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s-2", Email: "ANN@x.org", Name: "Ann"})
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
+	require.EqualValues(t, 1, writes.Load(), "a halted command is not written back")
 }
 
 // A rule whose command type no handler takes fails the bus's Start; the
