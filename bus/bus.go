@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -102,7 +103,10 @@ func (b *Bus) Pending() int { return b.waiters.len() }
 
 // Start subscribes to the topic of every registered command and to this
 // bus's reply topic, and starts handling commands. ctx bounds the
-// subscribing only. Handle fails after Start; Dispatch and Send fail
+// subscribing only. It fails, starting nothing, with an error matching
+// middleware.ErrUnhandledCommandType when a middleware of Config.Middleware
+// acts on a command type (see middleware.CommandTyper, such as a
+// uniqueness rule's) that no handler registered with Handle takes. Handle fails after Start; Dispatch and Send fail
 // before it with ErrNotStarted.
 func (b *Bus) Start(ctx context.Context) error {
 	b.mu.Lock()
@@ -112,6 +116,9 @@ func (b *Bus) Start(ctx context.Context) error {
 		return ErrStarted
 	case stateClosed:
 		return ErrClosed
+	}
+	if err := b.checkCommandTypes(); err != nil {
+		return err
 	}
 	if b.local {
 		b.state = stateRunning
@@ -156,6 +163,19 @@ func (b *Bus) Start(ctx context.Context) error {
 		go b.receiveCommands(ch)
 	}
 	b.state = stateRunning
+	return nil
+}
+
+// checkCommandTypes reports each command type a middleware acts on that no
+// handler takes. The caller holds b.mu.
+func (b *Bus) checkCommandTypes() error {
+	types := make([]reflect.Type, 0, len(b.handlers))
+	for _, e := range b.handlers {
+		types = append(types, e.typ)
+	}
+	if err := middleware.CheckCommandTypes(b.cfg.Middleware, types); err != nil {
+		return fmt.Errorf("bus: start: register a handler with Handle before Start for every command type the middleware acts on: %w", err)
+	}
 	return nil
 }
 

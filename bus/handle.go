@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -15,6 +16,7 @@ type entry struct {
 	name   string
 	topic  string
 	newCmd func() any
+	typ    reflect.Type // of the commands newCmd returns: *C
 	call   middleware.HandlerFunc
 }
 
@@ -49,6 +51,7 @@ func Handle[C, R any](b *Bus, h func(ctx context.Context, cmd *C) (R, error)) er
 		name:   name,
 		topic:  b.cfg.CommandTopic(name),
 		newCmd: func() any { return new(C) },
+		typ:    reflect.TypeFor[*C](),
 		call: func(ctx context.Context, p *middleware.Pipeline) (any, error) {
 			cmd, ok := p.Command.(*C)
 			if !ok {

@@ -57,4 +57,9 @@ var (
 	// ErrDuplicateCommand is returned when a command name is registered for
 	// two different types.
 	ErrDuplicateCommand = errors.New("middleware: command name registered twice")
+	// ErrUnhandledCommandType is returned where a pipeline is built (the
+	// bus's Start, RouterMiddleware) for a command type a middleware acts on
+	// (see CommandTyper) that no command of the pipeline has: a rule
+	// written for the wrong type, or a handler not registered.
+	ErrUnhandledCommandType = errors.New("middleware: unhandled command type")
 )

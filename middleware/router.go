@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -14,7 +15,9 @@ type RouterConfig struct {
 	Runner *Runner
 	// Registry names and decodes the commands the middleware runs; messages
 	// carrying other names pass through untouched (see RejectUnknown).
-	// Required.
+	// Required. Register the commands before RouterMiddleware, which checks
+	// them against the Runner's middleware (see CommandTyper); a type added
+	// later is decoded but not checked.
 	Registry *Registry
 	// OnResult, when set, receives the outcome of every command the
 	// middleware ran or rejected; see ResultFunc. Default: none.
@@ -42,7 +45,10 @@ type RouterConfig struct {
 	Logger *slog.Logger
 }
 
-// Validate reports every problem of the configuration.
+// Validate reports every problem of the configuration, among them each
+// command type a middleware of the Runner acts on (see CommandTyper) that
+// no type of the Registry matches (ErrUnhandledCommandType): register the
+// commands before building the middleware.
 func (c RouterConfig) Validate() error {
 	var errs []error
 	if c.Runner == nil {
@@ -50,6 +56,11 @@ func (c RouterConfig) Validate() error {
 	}
 	if c.Registry == nil {
 		errs = append(errs, errors.New("middleware: RouterConfig.Registry is nil"))
+	}
+	if c.Runner != nil && c.Registry != nil {
+		if err := CheckCommandTypes(c.Runner.mws, c.Registry.commandTypes()); err != nil {
+			errs = append(errs, fmt.Errorf("middleware: RouterConfig: register every command type the Runner's middleware acts on in the Registry first: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

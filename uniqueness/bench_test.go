@@ -97,7 +97,12 @@ func BenchmarkRunCreateStaff(b *testing.B) {
 // BeforeDispatch (claim, lookup, watch) then AfterDispatch (release), on
 // the memory store.
 func BenchmarkHooks(b *testing.B) {
-	mw := newUniqueness(b, uniqueness.Config{Locker: newMemory(b), Rules: []uniqueness.Rule{emailRule(newMemTable())}})
+	benchHooks(b, newUniqueness(b, uniqueness.Config{Locker: newMemory(b), Rules: []uniqueness.Rule{emailRule(newMemTable())}}))
+}
+
+// benchHooks times mw's BeforeDispatch then AfterDispatch on CreateStaff
+// commands, each with its own email.
+func benchHooks(b *testing.B, mw *uniqueness.Middleware) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -109,5 +114,29 @@ func BenchmarkHooks(b *testing.B) {
 			b.Fatal(p.Err())
 		}
 		mw.AfterDispatch(ctx, p)
+	}
+}
+
+// BenchmarkHooksValueTypeRule is BenchmarkHooks with other rules: "value",
+// written for commands.CreateStaff, matches the *commands.CreateStaff
+// commands by dereferencing them; "writeback" writes the normalised email
+// back into the command.
+func BenchmarkHooksValueTypeRule(b *testing.B) {
+	table := newMemTable()
+	for _, tt := range []struct {
+		name string
+		rule uniqueness.Rule
+	}{
+		{"value", uniqueness.Field("email", "staff.email",
+			func(c commands.CreateStaff) string { return c.Email }, table.taken,
+			uniqueness.Normalize(uniqueness.NormalizeEmail))},
+		{"writeback", uniqueness.Field("email", "staff.email",
+			func(c *commands.CreateStaff) string { return c.Email }, table.taken,
+			uniqueness.Normalize(uniqueness.NormalizeEmail),
+			uniqueness.WriteBack(func(c *commands.CreateStaff, v string) { c.Email = v }))},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			benchHooks(b, newUniqueness(b, uniqueness.Config{Locker: newMemory(b), Rules: []uniqueness.Rule{tt.rule}}))
+		})
 	}
 }

@@ -91,6 +91,37 @@
 // was lost while the command ran (lockstore.ErrLockLost), and passed to
 // Config.OnReleaseError.
 //
+// # Rules that cannot miss
+//
+// A rule that never matches a command would let every command through with
+// no claim, silently. So:
+//
+//   - a rule matches the commands as the pipeline carries them. Commands
+//     arrive as pointers (*commands.CreateStaff); a rule written for the
+//     struct type (func(c commands.CreateStaff) string) matches them too,
+//     dereferenced, as well as commands given as values;
+//   - a rule whose command type the pipeline never carries is an error
+//     where the pipeline's commands are known: bus.Bus.Start fails when no
+//     handler registered with bus.Handle takes the type, and
+//     middleware.RouterMiddleware fails when its Registry holds no such
+//     type, both with an error matching middleware.ErrUnhandledCommandType
+//     that names the rule (the Middleware is a middleware.CommandTyper).
+//     middleware.OnHandle and middleware.WrapHandler see no list of
+//     commands and cannot check.
+//
+// WriteBack stores the normalised value a rule claimed in the command
+// before its handler runs, so that the handler writes exactly what was
+// claimed and what the lookup will find ("ann@x.org", not " Ann@X.org"):
+//
+//	uniqueness.Field("email", "staff.email",
+//		func(c *commands.CreateStaff) string { return c.Email },
+//		staffEmailTaken,
+//		uniqueness.Normalize(uniqueness.NormalizeEmail),
+//		uniqueness.WriteBack(func(c *commands.CreateStaff, v string) { c.Email = v }))
+//
+// WriteBack needs a rule for a pointer type: a rule for a value type gets
+// a copy of the command, and Config.Validate refuses WriteBack on it.
+//
 // A rule's scope is the lock namespace: rules naming the same scope
 // compete for the same values, across command types, so a CreateStaff and
 // a ChangeStaffEmail cannot both take one address.

@@ -243,8 +243,9 @@ type target struct {
 //     to be a lock key;
 //   - ctx's error when ctx ended.
 //
-// The handler's context is cancelled, with ErrClaimLost as its cause, when
-// a claim is lost while the handler runs.
+// Once every claim is taken, the rules with WriteBack write their claimed
+// values into the command. The handler's context is cancelled, with
+// ErrClaimLost as its cause, when a claim is lost while the handler runs.
 func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
 	var h *held
 	var targets []target
@@ -317,6 +318,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		m.claimer.watchLost(cl, cancel)
 	}
 	p.Assign(AssignClaims, h)
+	writeBack(p, targets) // after Assign: a panic in it still releases the claims
 }
 
 // halt stops the command whose claim on field failed with err.

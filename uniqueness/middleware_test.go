@@ -666,6 +666,25 @@ func TestConfigValidate(t *testing.T) {
 			uniqueness.Field("email", "staff.email", getEmail, table.taken,
 				uniqueness.AlreadyDone[*commands.CreateStaff](nil)),
 		}}, []string{"nil AlreadyDone function"}},
+		{"value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken),
+		}}, nil},
+		{"WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+				uniqueness.WriteBack(func(c *commands.CreateStaff, v string) { c.Email = v })),
+		}}, nil},
+		{"WriteBack of another type", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+				uniqueness.WriteBack(func(*commands.GuessWord, string) {})),
+		}}, []string{"WriteBack is for *commands.GuessWord, not *commands.CreateStaff"}},
+		{"WriteBack on a value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken,
+				uniqueness.WriteBack(func(commands.CreateStaff, string) {})),
+		}}, []string{"WriteBack needs a pointer command type (*commands.CreateStaff)"}},
+		{"nil WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+				uniqueness.WriteBack[*commands.CreateStaff](nil)),
+		}}, []string{"nil WriteBack function"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -737,6 +756,8 @@ func TestClaimTimeoutOnSecondFieldReleasesTheFirst(t *testing.T) {
 			}
 		}
 		return c.ID, accounts.insert(c.ID, uniqueness.NormalizeEmail(c.Email), c.Username)
+	}), handler(func(context.Context, *renameAccount) (string, error) {
+		return "", errors.New("not sent") // accountRules have rules for it: the bus needs a handler
 	}))
 
 	r1 := dispatchAsync(b, &createAccount{ID: "first", Email: "ann@x.org", Username: "ann"})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,7 @@ type Rule struct {
 	normalize NormalizeFunc
 	taken     LookupFunc
 	done      func(ctx context.Context, cmd any, value string) (bool, error)
+	writeBack func(cmd any, value string)
 	// reserve, when set, keeps a durable reservation of each value the
 	// rule claims, for maxLag (see Reserve).
 	reserve claimstore.Reservations
@@ -52,12 +54,15 @@ type Rule struct {
 	err     error
 }
 
-// Option adds to a Rule made by Field: Normalize, AlreadyDone or Reserve.
+// Option adds to a Rule made by Field: Normalize, AlreadyDone, WriteBack
+// or Reserve.
 type Option struct {
-	normalize NormalizeFunc
-	done      func(ctx context.Context, cmd any, value string) (bool, error)
-	doneType  reflect.Type
-	reserve   *reserveOption
+	normalize     NormalizeFunc
+	done          func(ctx context.Context, cmd any, value string) (bool, error)
+	doneType      reflect.Type
+	writeBack     func(cmd any, value string)
+	writeBackType reflect.Type
+	reserve       *reserveOption
 }
 
 // Normalize makes a rule claim and look up f(value) instead of the value
@@ -79,9 +84,8 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 	return o
 }
 
-// Field returns the rule that field of commands of type C (the type the
-// pipeline carries, usually a pointer such as *commands.CreateStaff) is
-// unique within scope:
+// Field returns the rule that field of commands of type C is unique within
+// scope:
 //
 //	uniqueness.Field("email", "staff.email",
 //		func(c *commands.CreateStaff) string { return c.Email },
@@ -94,6 +98,17 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 // reads the field; taken is the lookup, given the normalised value. An
 // empty value (after normalising) claims nothing: reject it with
 // validation.
+//
+// C is matched against the commands as the pipeline carries them, which
+// are pointers (the bus and a middleware.Registry decode into a
+// *commands.CreateStaff). A rule for a pointer type (*commands.CreateStaff)
+// or an interface matches the commands of that type. A rule for a
+// non-pointer type (commands.CreateStaff) matches both values of that type
+// and non-nil pointers to them, which it dereferences; a nil pointer claims
+// nothing. Such a rule cannot take WriteBack, which must change the
+// command. Where the pipeline knows its commands (the bus at Start, a
+// Registry given to middleware.RouterMiddleware), a rule whose C none of
+// them has is an error matching middleware.ErrUnhandledCommandType.
 //
 // Mistakes in the arguments are reported by Config.Validate.
 func Field[C any](field, scope string, value func(C) string, taken LookupFunc, opts ...Option) Rule {
@@ -108,13 +123,7 @@ func Field[C any](field, scope string, value func(C) string, taken LookupFunc, o
 	if value == nil {
 		errs = append(errs, errors.New("nil value function"))
 	} else {
-		r.match = func(cmd any) (string, bool) {
-			c, ok := cmd.(C)
-			if !ok {
-				return "", false
-			}
-			return value(c), true
-		}
+		r.match = matchFunc(value)
 	}
 	if taken == nil {
 		errs = append(errs, errors.New("nil lookup"))
@@ -131,14 +140,44 @@ func Field[C any](field, scope string, value func(C) string, taken LookupFunc, o
 			errs = append(errs, errors.New("nil AlreadyDone function"))
 		case o.done != nil:
 			r.done = o.done
+		case o.writeBackType != nil:
+			errs = append(errs, r.setWriteBack(o))
 		default:
 			errs = append(errs, errors.New("empty option (a nil function given to Normalize?)"))
 		}
 	}
+	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 	if len(errs) > 0 {
 		r.err = fmt.Errorf("uniqueness: rule for field %q of %v: %w", field, r.cmdType, errors.Join(errs...))
 	}
 	return r
+}
+
+// matchFunc returns the match function of a rule for C reading its field
+// with value: it takes cmd when it is a C, or, when C is a non-pointer
+// concrete type, a non-nil *C.
+func matchFunc[C any](value func(C) string) func(cmd any) (string, bool) {
+	if k := reflect.TypeFor[C]().Kind(); k == reflect.Pointer || k == reflect.Interface {
+		return func(cmd any) (string, bool) {
+			c, ok := cmd.(C)
+			if !ok {
+				return "", false
+			}
+			return value(c), true
+		}
+	}
+	return func(cmd any) (string, bool) {
+		switch c := cmd.(type) {
+		case *C:
+			if c == nil {
+				return "", false
+			}
+			return value(*c), true
+		case C:
+			return value(c), true
+		}
+		return "", false
+	}
 }
 
 // value returns the normalised value of the rule's field in cmd, and
