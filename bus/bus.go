@@ -65,6 +65,7 @@ func New(cfg Config) (*Bus, error) {
 	runner, err := middleware.NewRunner(middleware.RunnerConfig{
 		Middleware:     append(slices.Clip(cfg.Middleware), senderGone{}),
 		ReleaseTimeout: cfg.ReleaseTimeout,
+		FailureLog:     cfg.FailureLog,
 	})
 	if err != nil {
 		return nil, err

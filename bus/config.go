@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"sync"
 	"time"
@@ -94,6 +95,12 @@ type Config struct {
 	// through a middleware.Runner.
 	Middleware []middleware.Middleware
 
+	// FailureLog logs every command this bus handles that does not
+	// succeed: rejections at Info, handler errors and panics at Error (see
+	// middleware.FailureLog). Default: to slog.Default(). Turn it off when
+	// a Logging middleware or the senders report outcomes already.
+	FailureLog middleware.FailureLog
+
 	// ReleaseTimeout bounds the after hooks of one command. Default
 	// middleware.DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
@@ -132,8 +139,8 @@ type Config struct {
 	PoisonTopic string
 
 	// Logger logs what the bus cannot return to a caller (a reply that
-	// cannot be published, a dropped message). Default watermill.NopLogger.
-	// For log/slog, use watermill.NewSlogLogger.
+	// cannot be published, a dropped message). Default: slog.Default()
+	// through watermill.NewSlogLogger; watermill.NopLogger{} silences it.
 	Logger watermill.LoggerAdapter
 }
 
@@ -190,7 +197,7 @@ func (c Config) withDefaults() Config {
 	c.HandlerConcurrency = cmp.Or(c.HandlerConcurrency, DefaultHandlerConcurrency)
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, DefaultCloseTimeout)
 	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+		c.Logger = watermill.NewSlogLogger(slog.Default())
 	}
 	return c
 }

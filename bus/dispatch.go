@@ -153,7 +153,7 @@ func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string
 				done(r)
 				return
 			}
-			b.dropped(msg, r, poison)
+			b.dropped(msg, poison)
 		})
 	}
 	if !b.workers.submit(job, ctx.Done()) {
@@ -195,7 +195,7 @@ func (b *Bus) handleMessage(msg *message.Message) {
 		if replyTo := msg.Metadata.Get(MetadataReplyTo); replyTo != "" {
 			b.sendReply(msg, replyTo, r)
 		} else {
-			b.dropped(msg, r, poison)
+			b.dropped(msg, poison)
 		}
 		msg.Ack()
 	})
@@ -227,8 +227,8 @@ func goexitReply(msg *message.Message) reply {
 }
 
 // dropped deals with the outcome of a command nobody waits for: a poison
-// message goes to the poison topic or the log, a failure to the log.
-func (b *Bus) dropped(msg *message.Message, r reply, poison string) {
+// message goes to the poison topic or the log.
+func (b *Bus) dropped(msg *message.Message, poison string) {
 	fields := watermill.LogFields{"command_id": msg.UUID, "command_name": msg.Metadata.Get(middleware.MetadataCommandName)}
 	switch {
 	case poison != "" && b.cfg.PoisonTopic != "":
@@ -239,7 +239,6 @@ func (b *Bus) dropped(msg *message.Message, r reply, poison string) {
 		}
 	case poison != "":
 		b.logger.Error("Dropping a command that cannot be handled", nil, fields.Add(watermill.LogFields{"reason": poison}))
-	case len(r.errb) > 0:
-		b.logger.Info("A sent command failed", fields.Add(watermill.LogFields{"error": middleware.UnmarshalError(r.errb).Error()}))
 	}
+	// A command that ran and failed is logged by the runner (FailureLog).
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -24,6 +25,9 @@ type RunnerConfig struct {
 	// that the sender going away does not cancel. Default
 	// DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
+	// FailureLog logs every command that does not succeed (see FailureLog).
+	// Default: to slog.Default().
+	FailureLog FailureLog
 }
 
 // Validate reports every problem of the configuration.
@@ -45,6 +49,7 @@ func (c RunnerConfig) Validate() error {
 type Runner struct {
 	mws            []Middleware
 	releaseTimeout time.Duration
+	failLog        *slog.Logger // nil when off
 }
 
 // NewRunner returns a runner for cfg.
@@ -55,6 +60,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	return &Runner{
 		mws:            append([]Middleware(nil), cfg.Middleware...),
 		releaseTimeout: cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout),
+		failLog:        cfg.FailureLog.logger(),
 	}, nil
 }
 
@@ -156,6 +162,9 @@ func (a *afterRun) finish() {
 		a.finalCalled = true
 		if a.final != nil {
 			a.final(withPipeline(&a.actx, a.p))
+		}
+		if l := a.r.failLog; l != nil && (a.p.err != nil || a.p.halted) {
+			logFailure(&a.actx, l, a.p)
 		}
 	}
 	a.actx.end()
