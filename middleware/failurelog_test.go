@@ -27,7 +27,9 @@ func TestRunnerLogsFailures(t *testing.T) {
 		code    string
 	}{
 		"rejected": {
-			hook:  func(p *middleware.Pipeline) { p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "email is taken")) },
+			hook: func(p *middleware.Pipeline) {
+				p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "email is taken"))
+			},
 			level: "INFO", msg: "command rejected", code: "already_taken",
 		},
 		"halted as done": {
