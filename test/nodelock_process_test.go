@@ -14,16 +14,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/natstest"
 	"github.com/claimbus/claimbus/internal/pgtest"
 )
 
 // Two node processes on one private PostgreSQL cluster, crashed and
 // restarted (pg_ctl restart -m immediate) in the middle of a storm of
-// sign-ups, in both transports: see crashRestartStorm.
+// sign-ups, in every transport (nats: a NATS server of the test's own):
+// see crashRestartStorm.
 func TestProcessNodeLockCrashRestart(t *testing.T) {
 	t.Parallel()
 	bin := buildApp(t)
-	for _, transport := range []string{"inprocess", "postgres"} {
+	for _, transport := range []string{"inprocess", "postgres", "nats"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
 			crashRestartStorm(t, bin, transport, []string{"a", "b"}, signups("crash", 20, 20))
@@ -32,7 +34,8 @@ func TestProcessNodeLockCrashRestart(t *testing.T) {
 }
 
 // crashRestartStorm starts serve nodes with the names, with -transport
-// transport, on a private PostgreSQL cluster, and crashes and restarts the
+// transport (for nats, on a NATS server of the test's own), on a private
+// PostgreSQL cluster, and crashes and restarts the
 // cluster (pg_ctl restart -m immediate) once a storm of the sign-ups ups
 // over the nodes has had 40 answers: during the outage every failure is a
 // 503 unavailable, on every node (never a 504 nor another 5xx); each node
@@ -43,7 +46,11 @@ func TestProcessNodeLockCrashRestart(t *testing.T) {
 func crashRestartStorm(t *testing.T, bin, transport string, names []string, ups []signup) {
 	t.Helper()
 	cluster := pgtest.NewCluster(t)
-	nodes := startNodes(t, bin, cluster.DSN(), names, "-transport", transport)
+	flags := []string{"-transport", transport}
+	if transport == "nats" {
+		flags = append(flags, "-nats-url", natstest.Start(t).URL())
+	}
+	nodes := startNodes(t, bin, cluster.DSN(), names, flags...)
 	c := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
@@ -120,7 +127,7 @@ func crashRestartStorm(t *testing.T, bin, transport string, names []string, ups 
 	}
 
 	// The names are still exclusive.
-	dup := startProcess(t, bin, cluster.DSN(), names[0], "-transport", transport)
+	dup := startProcess(t, bin, cluster.DSN(), names[0], flags...)
 	select {
 	case <-dup.done:
 	case <-time.After(deadline):
