@@ -49,6 +49,7 @@ type Bus struct {
 	cancelSubs context.CancelFunc // ends the command subscriptions
 	replyLoop  sync.WaitGroup
 	cancelRepl context.CancelFunc // ends the reply subscription
+	stopLoss   func()             // unregisters from a LossNotifier; nil if none
 
 	closed chan struct{} // closed when Close has finished
 
@@ -157,6 +158,9 @@ func (b *Bus) Start(ctx context.Context) error {
 		subs = append(subs, ch)
 	}
 
+	if ln, ok := b.cfg.ReplySubscriber.(LossNotifier); ok {
+		b.stopLoss = ln.NotifyLoss(b.lost)
+	}
 	b.replyLoop.Add(1)
 	go b.receiveReplies(replCtx, replies)
 	for _, ch := range subs {
@@ -209,6 +213,9 @@ func (b *Bus) Close() error {
 	b.mu.Unlock()
 
 	if wasRunning {
+		if b.stopLoss != nil {
+			b.stopLoss()
+		}
 		close(b.stopLoops)
 		b.loops.Wait()
 		b.waitInflight()

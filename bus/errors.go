@@ -29,7 +29,19 @@ var (
 	// ErrUndecodableReply is returned by Dispatch when the reply's result
 	// cannot be decoded into the R the sender asked for.
 	ErrUndecodableReply = errors.New("bus: undecodable reply")
+	// ErrOutcomeUnknown is matched by the error of a Dispatch that was
+	// waiting for its reply when the transport reported a lost connection
+	// (see LossNotifier). The error also matches middleware.ErrUnavailable:
+	// the command or its reply may be lost, or the command may still be
+	// applied, or may have been; try again with a command whose replay is
+	// safe.
+	ErrOutcomeUnknown = errors.New("bus: the transport lost its connection while the command was in flight: its outcome is unknown")
 )
+
+// errLostInFlight is the rejection of a Dispatch whose transport lost its
+// connection while it waited: a message for people, naming no server.
+var errLostInFlight = &middleware.Rejection{Code: middleware.CodeUnavailable,
+	Message: "the command queue lost its connection while this command was in flight: it may or may not be applied, try again"}
 
 // TimeoutError is returned by a Dispatch whose ctx ended before the reply
 // came. The command may still be handled; its reply, if any, is dropped.

@@ -145,6 +145,23 @@ func (w *waiters) failAll(err error) {
 	}
 }
 
+// failPending hands every waiter a reply with err and returns how many
+// there were; unlike failAll it takes new ones afterwards.
+func (w *waiters) failPending(err error) int {
+	w.mu.Lock()
+	m := w.m
+	if len(m) == 0 {
+		w.mu.Unlock()
+		return 0
+	}
+	w.m = make(map[string]chan reply)
+	w.mu.Unlock()
+	for _, ch := range m {
+		ch <- reply{err: err}
+	}
+	return len(m)
+}
+
 func (w *waiters) len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -45,6 +45,16 @@ func TestThreeNodes(t *testing.T) {
 			}
 		})
 
+		// The cluster of the three nodes crashes and restarts (pg_ctl
+		// restart -m immediate) in the middle of a storm of sign-ups:
+		// only 503 during the outage, every node back without help (the
+		// time to recover is logged), nothing left locked but the node
+		// names, which are still exclusive (see crashRestartStorm).
+		t.Run("crash restart/"+transport, func(t *testing.T) {
+			t.Parallel()
+			crashRestartStorm(t, bin, transport, []string{"a", "b", "c"}, signups("crash3", 30, 10))
+		})
+
 		// Node a is killed with SIGKILL while it holds the claim on an
 		// email (inprocess; see below) and a storm runs on b and c: the
 		// storm goes on without an error (the tool exits 0), the claim is

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/internal/pgerr"
 )
 
 // Transport carries the commands and replies of a bus through PostgreSQL
@@ -31,6 +32,10 @@ type Transport struct {
 
 	wakesMu sync.Mutex
 	wakes   map[string]*wake // by unquoted table name
+
+	lossMu   sync.Mutex
+	lossNext int
+	loss     map[int]func(error) // the buses told of a lost connection
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -61,6 +66,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error
 		schema: newQueueSchema(cfg.TablePrefix),
 		logger: cfg.Logger.With(watermill.LogFields{"node": cfg.NodeID}),
 		wakes:  make(map[string]*wake),
+		loss:   make(map[int]func(error)),
 		stop:   make(chan struct{}),
 	}
 	inner, err := wsql.NewPublisher(wsql.BeginnerFromPgx(pool), wsql.PublisherConfig{SchemaAdapter: t.schema}, t.logger)
@@ -99,7 +105,14 @@ func (t *Transport) Publisher() message.Publisher { return t.publisher }
 func (t *Transport) Subscriber() message.Subscriber { return t.commands }
 
 // ReplySubscriber receives this node's replies; it polls every
-// ReplyPollInterval when no notification wakes it.
+// ReplyPollInterval when no notification wakes it. It is a
+// bus.LossNotifier: when the LISTEN connection drops (or, with
+// DisableNotify, when a subscription's query fails for want of a
+// connection), every Dispatch of the buses on this transport that waits
+// for a reply then fails at once with an error matching
+// middleware.ErrUnavailable and bus.ErrOutcomeUnknown, instead of waiting
+// until its deadline for a reply that a crashed server may have lost (see
+// bus.LossNotifier and docs/RELIABILITY.md).
 func (t *Transport) ReplySubscriber() message.Subscriber { return t.replies }
 
 // NodeID returns the node id of the transport.
@@ -128,6 +141,22 @@ func (t *Transport) Close() error {
 		t.wg.Wait()
 	})
 	return nil
+}
+
+// lostOnQueryError returns what a subscription under ctx calls with its
+// query errors: with DisableNotify, a connection error is the first sign
+// of a lost connection (there is no LISTEN connection to see it), and
+// tells the buses; otherwise nil, since the LISTEN connection sees it as
+// soon as it happens.
+func (t *Transport) lostOnQueryError(ctx context.Context) func(error) {
+	if !t.cfg.DisableNotify {
+		return nil
+	}
+	return func(err error) {
+		if pgerr.IsConnectionError(ctx, err) {
+			t.lost(err)
+		}
+	}
 }
 
 func (t *Transport) closed() bool {
@@ -198,6 +227,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			retry: s.t.cfg.RetryInterval,
 			done:  ctx.Done(),
 			stop:  s.t.stop,
+			lost:  s.t.lostOnQueryError(ctx),
 		},
 		SchemaAdapter:  s.t.schema,
 		OffsetsAdapter: wsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true, GenerateMessagesTableName: s.t.schema.table},
@@ -213,6 +243,32 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()
 	return sub.Subscribe(ctx, topic)
+}
+
+// NotifyLoss makes the subscriber a bus.LossNotifier: f is called with the
+// cause each time the transport loses its connection (see
+// Transport.ReplySubscriber), until stop.
+func (s *subscriber) NotifyLoss(f func(cause error)) (stop func()) {
+	t := s.t
+	t.lossMu.Lock()
+	id := t.lossNext
+	t.lossNext++
+	t.loss[id] = f
+	t.lossMu.Unlock()
+	return func() {
+		t.lossMu.Lock()
+		delete(t.loss, id)
+		t.lossMu.Unlock()
+	}
+}
+
+// lost tells the registered buses that the connection was lost.
+func (t *Transport) lost(cause error) {
+	t.lossMu.Lock()
+	defer t.lossMu.Unlock()
+	for _, f := range t.loss {
+		f(cause)
+	}
 }
 
 // Close ends every subscription; the transport's Close does it too.

@@ -78,6 +78,10 @@ func (t *Transport) listen(ctx context.Context, conn *pgx.Conn) {
 					return
 				}
 				t.logger.Error("LISTEN connection lost; polling until it is back", err, nil)
+				// The database may have crashed and forgotten commands or
+				// replies in flight, or may stay down: their senders hear
+				// of it now rather than at their deadline.
+				t.lost(err)
 				break
 			}
 			t.signal(n.Payload)
@@ -123,6 +127,7 @@ type backoff struct {
 	retry time.Duration
 	done  <-chan struct{} // the subscription's context
 	stop  <-chan struct{} // the transport is closing
+	lost  func(error)     // told of query errors; nil: none
 }
 
 // HandleError waits, then returns 0: the subscription queries again at
@@ -138,6 +143,9 @@ func (b *backoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err er
 			return 0
 		}
 		logger.Error("Error querying for messages", err, watermill.LogFields{"wait_time": b.retry})
+		if b.lost != nil {
+			b.lost(err)
+		}
 		b.sleep(b.retry, nil)
 		return 0
 	case !noMsg:
