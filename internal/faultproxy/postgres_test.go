@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,12 @@ func TestPostgresBlackHole(t *testing.T) {
 	admin, err := pgx.Connect(ctx, dsn) // not through the proxy
 	require.NoError(t, err)
 	defer admin.Close(context.Background())
+	// testify's Never and Eventually may leave a call of their condition
+	// running when they return: admin serves one call at a time.
+	var adminMu sync.Mutex
 	sessionAlive := func(pid uint32) bool {
+		adminMu.Lock()
+		defer adminMu.Unlock()
 		var n int
 		require.NoError(t, admin.QueryRow(ctx,
 			"SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n))
