@@ -47,8 +47,10 @@ func payKey(p *middleware.Pipeline) string {
 // env is the shared state of the nodes of one test: one Locker, one Store,
 // one clock for the Store, and the handler's run counter.
 type env struct {
-	t      *testing.T
-	locker *lockstore.Memory
+	t *testing.T
+	// locker is the Locker of the nodes: mem, unless a test gives another.
+	locker lockstore.Locker
+	mem    *lockstore.Memory
 	clock  *lockstoretest.Clock
 	store  *claimstore.Memory
 	runs   atomic.Int64
@@ -62,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, locker.Close()) })
 	clock := lockstoretest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	return &env{t: t, locker: locker, clock: clock, store: claimstore.NewMemory(claimstore.MemoryConfig{Now: clock.Now})}
+	return &env{t: t, locker: locker, mem: locker, clock: clock, store: claimstore.NewMemory(claimstore.MemoryConfig{Now: clock.Now})}
 }
 
 // config is the middleware's configuration on e, with payKey.

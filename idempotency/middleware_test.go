@@ -21,17 +21,15 @@ import (
 )
 
 // repeatStorm sends n concurrent Pays with one key, spread over the buses,
-// and checks the handler ran once and every sender got its answer. The
-// handler holds the first run until every other repeat waits for the lock
-// (or, were the lock missing, until all n ran the handler), so the repeats
-// are concurrent with the first run, not after it.
-func repeatStorm(t *testing.T, e *env, n int, buses ...*bus.Bus) {
+// and checks the handler ran once and every sender got its answer. front
+// is a counter placed before the idempotency middleware on every bus: the
+// handler holds the first run until all n commands entered their
+// pipelines, so the repeats are concurrent with the first run, not after
+// it (were the lock missing, all n would be in the handler by then).
+func repeatStorm(t *testing.T, e *env, n int, front *counter, buses ...*bus.Bus) {
 	t.Helper()
-	key := payKeyOf("storm")
 	e.gate = func(context.Context, *Pay) error {
-		eventually(t, "the repeats waiting for the first run", func() bool {
-			return e.locker.Waiting(key) == n-1 || e.runs.Load() == int64(n)
-		})
+		eventually(t, "every repeat in its pipeline", func() bool { return front.before.Load() == int64(n) })
 		return nil
 	}
 	receipts := make([]Receipt, n)
@@ -58,7 +56,8 @@ func TestConcurrentRepeatsRunOnce(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			repeatStorm(t, e, 100, e.node(tr.cfg(t), e.middleware(e.config())))
+			front := &counter{}
+			repeatStorm(t, e, 100, front, e.node(tr.cfg(t), front, e.middleware(e.config())))
 		})
 	}
 }
@@ -67,9 +66,10 @@ func TestConcurrentRepeatsOverTwoNodesRunOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	// Two buses sharing one Locker and one Store are two nodes.
-	a := e.node(bus.Config{}, e.middleware(e.config()))
-	b := e.node(bus.Config{}, e.middleware(e.config()))
-	repeatStorm(t, e, 100, a, b)
+	front := &counter{}
+	a := e.node(bus.Config{}, front, e.middleware(e.config()))
+	b := e.node(bus.Config{}, front, e.middleware(e.config()))
+	repeatStorm(t, e, 100, front, a, b)
 }
 
 func TestLaterRepeatGetsTheStoredResultWithoutLaterHooks(t *testing.T) {
@@ -225,7 +225,7 @@ func TestCommandWithoutKeyPassesThrough(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 2, e.runs.Load())
-	require.Zero(t, e.locker.Len())
+	require.Zero(t, e.mem.Len())
 }
 
 func TestTwoCommandTypesNeverShareAKey(t *testing.T) {
@@ -301,7 +301,7 @@ func TestLookupFailureIsUnavailableAndReleasesTheKey(t *testing.T) {
 	require.ErrorIs(t, err, middleware.ErrUnavailable)
 	require.NotContains(t, err.Error(), "database down", "the cause crossed the wire")
 	require.Zero(t, e.runs.Load())
-	require.Zero(t, e.locker.Len(), "the key is still locked")
+	require.Zero(t, e.mem.Len(), "the key is still locked")
 
 	// The cause is kept beside the rejection, for the node's own logs.
 	r, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{e.middleware(cfg)}})
@@ -328,7 +328,7 @@ func TestFailedSaveIsLoggedAndTheAnswerUnchanged(t *testing.T) {
 	require.Contains(t, logs.String(), "command_id=")
 	require.Contains(t, logs.String(), "key="+payKeyOf("k").String())
 	require.Contains(t, logs.String(), "disk full")
-	require.Zero(t, e.locker.Len(), "the key is still locked")
+	require.Zero(t, e.mem.Len(), "the key is still locked")
 
 	// Nothing stored: the repeat runs again.
 	again, err := pay(t, b, Pay{Key: "k", Amount: 5})
@@ -342,7 +342,7 @@ func TestLockWaitPastTheTimeoutIsATimeout(t *testing.T) {
 	cfg := e.config()
 	cfg.LockTimeout = 20 * time.Millisecond
 	b := e.node(bus.Config{}, e.middleware(cfg))
-	lk, err := e.locker.TryLock(context.Background(), payKeyOf("k"))
+	lk, err := e.mem.TryLock(context.Background(), payKeyOf("k"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, lk.Release(context.Background())) }()
 	_, err = pay(t, b, Pay{Key: "k", Amount: 5})
@@ -354,7 +354,7 @@ func TestLockWaitEndsWithTheSendersContext(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	b := e.node(bus.Config{}, e.middleware(e.config()))
-	lk, err := e.locker.TryLock(context.Background(), payKeyOf("k"))
+	lk, err := e.mem.TryLock(context.Background(), payKeyOf("k"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, lk.Release(context.Background())) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -364,7 +364,7 @@ func TestLockWaitEndsWithTheSendersContext(t *testing.T) {
 	// came first.
 	require.Error(t, err)
 	require.Regexp(t, "deadline exceeded|canceled", err.Error())
-	eventually(t, "the waiter gone", func() bool { return e.locker.Waiting(payKeyOf("k")) == 0 })
+	eventually(t, "the waiter gone", func() bool { return e.mem.Waiting(payKeyOf("k")) == 0 })
 	require.Zero(t, e.runs.Load())
 }
 
@@ -386,7 +386,7 @@ func TestFingerprintErrorIsInvalid(t *testing.T) {
 	_, err := pay(t, b, Pay{Key: "k", Amount: 5})
 	require.ErrorIs(t, err, middleware.ErrInvalid)
 	require.Zero(t, e.runs.Load())
-	require.Zero(t, e.locker.Len())
+	require.Zero(t, e.mem.Len())
 }
 
 func TestLostLockCancelsTheHandler(t *testing.T) {
@@ -413,7 +413,7 @@ func TestLostLockCancelsTheHandler(t *testing.T) {
 		errc <- err
 	}()
 	<-started
-	require.NoError(t, e.locker.Reset(context.Background())) // the lease ran out
+	require.NoError(t, e.mem.Reset(context.Background())) // the lease ran out
 	require.Error(t, <-errc)
 	require.ErrorIs(t, cause, idempotency.ErrLockLost)
 	require.Contains(t, logs.String(), "lock lost")
