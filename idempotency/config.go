@@ -74,7 +74,10 @@ type Config struct {
 	// command types never share a key. With the command name it must fit
 	// lockstore.MaxNamespaceLen. Default DefaultNamespace.
 	Namespace string
-	// Fingerprint identifies a command's payload. Default SHA256JSON.
+	// Fingerprint identifies a command's payload. Default SHA256JSON,
+	// which covers every field: a command carrying a value that differs
+	// from send to send (a timestamp) needs a function that leaves it out,
+	// or every repeat is a conflict.
 	Fingerprint FingerprintFunc
 	// LockTimeout bounds the wait of a command for the run of its key
 	// ahead of it (a concurrent repeat); past it the command halts with a

@@ -517,3 +517,18 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestLaterAfterHookPanicIsNotStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var once sync.Once
+	later := middleware.Hooks{AfterSuccess: func(context.Context, *middleware.Pipeline) {
+		once.Do(func() { panic("after hook broken") })
+	}}
+	b := e.node(bus.Config{}, e.middleware(e.config()), later)
+	_, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.ErrorContains(t, err, "after hook broken")
+	retry, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.NoError(t, err, "the sender got an error: its retry runs again")
+	require.EqualValues(t, 2, retry.Run)
+}
