@@ -207,3 +207,14 @@ func marshal(res any) (string, error) {
 	b, err := json.Marshal(res)
 	return string(b), err
 }
+
+// requireRunsAgain pays Pay{Key: "k", Amount: 5} on b, whose first run
+// stored nothing (why says why), and checks that the handler ran a second
+// time; it returns the answer.
+func requireRunsAgain(t *testing.T, b *bus.Bus, why string) Receipt {
+	t.Helper()
+	r, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.NoError(t, err, "%s: the retry runs again", why)
+	require.Equal(t, Receipt{Amount: 5, Run: 2}, r, "%s: the retry runs again", why)
+	return r
+}

@@ -26,17 +26,17 @@ type countingLocker struct {
 }
 
 func (c *countingLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
-	c.calls.Add(1)
-	lk, err := c.Locker.TryLock(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return &countingLock{Lock: lk, calls: &c.calls}, nil
+	return c.count(c.Locker.TryLock(ctx, key))
 }
 
 func (c *countingLocker) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return c.count(c.Locker.Lock(ctx, key))
+}
+
+// count counts a lock call that returned lk, err, and wraps lk so that its
+// Release is counted.
+func (c *countingLocker) count(lk lockstore.Lock, err error) (lockstore.Lock, error) {
 	c.calls.Add(1)
-	lk, err := c.Locker.Lock(ctx, key)
 	if err != nil {
 		return nil, err
 	}
