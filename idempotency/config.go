@@ -84,6 +84,12 @@ type Config struct {
 	// timeout rejection, and the sender may try again. Default
 	// DefaultLockTimeout.
 	LockTimeout time.Duration
+	// ReadFirst reads a command's stored outcome before taking its key's
+	// lock: a later repeat is then answered by one read of the Store,
+	// without a lock call, and a new key costs one more read (the read
+	// under the lock stays, as a run may end between the two). Default
+	// false: the lock first, for commands that mostly come once.
+	ReadFirst bool
 	// PurgeBatch is how many expired outcomes Purge deletes per call of
 	// Store.PurgeOutcomes. Default DefaultPurgeBatch.
 	PurgeBatch int

@@ -77,7 +77,9 @@
 //
 // A command with a new key costs four calls to the backends: the lock,
 // the store's read, its write, and the unlock; a repeat three: the lock,
-// the read, the unlock (BenchmarkPostgres counts them). On
+// the read, the unlock (BenchmarkPostgres counts them). With
+// Config.ReadFirst a repeat costs one read and no lock call, and a new key
+// five calls (a read before the lock). On
 // lockstore/postgres a lock and an unlock are a round trip each on a
 // shared lock connection, and on a database store the read and the write
 // one statement each.

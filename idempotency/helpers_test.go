@@ -218,3 +218,39 @@ func requireRunsAgain(t *testing.T, b *bus.Bus, why string) Receipt {
 	require.Equal(t, Receipt{Amount: 5, Run: 2}, r, "%s: the retry runs again", why)
 	return r
 }
+
+// countingLocker counts the calls that reach the database through a
+// Locker: each TryLock, Lock and Release is one statement of the
+// PostgreSQL store.
+type countingLocker struct {
+	lockstore.Locker
+	calls atomic.Int64
+}
+
+func (c *countingLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return c.count(c.Locker.TryLock(ctx, key))
+}
+
+func (c *countingLocker) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return c.count(c.Locker.Lock(ctx, key))
+}
+
+// count counts a lock call that returned lk, err, and wraps lk so that its
+// Release is counted.
+func (c *countingLocker) count(lk lockstore.Lock, err error) (lockstore.Lock, error) {
+	c.calls.Add(1)
+	if err != nil {
+		return nil, err
+	}
+	return &countingLock{Lock: lk, calls: &c.calls}, nil
+}
+
+type countingLock struct {
+	lockstore.Lock
+	calls *atomic.Int64
+}
+
+func (l *countingLock) Release(ctx context.Context) error {
+	l.calls.Add(1)
+	return l.Lock.Release(ctx)
+}

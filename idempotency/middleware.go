@@ -34,6 +34,7 @@ type Middleware struct {
 	fingerprint FingerprintFunc
 	timeout     time.Duration
 	batch       int
+	readFirst   bool
 	logger      *slog.Logger
 
 	namespaces sync.Map // command name → record namespace
@@ -62,6 +63,7 @@ func New(cfg Config) (*Middleware, error) {
 		fingerprint: fingerprint,
 		timeout:     cmp.Or(cfg.LockTimeout, DefaultLockTimeout),
 		batch:       cmp.Or(cfg.PurgeBatch, DefaultPurgeBatch),
+		readFirst:   cfg.ReadFirst,
 		logger:      cmp.Or(cfg.Logger, slog.Default()),
 	}, nil
 }
@@ -117,6 +119,9 @@ func (m *Middleware) namespaceOf(p *middleware.Pipeline) string {
 //   - one for another payload: it halts with a rejection matching
 //     middleware.ErrIdempotencyConflict.
 //
+// With Config.ReadFirst it reads the outcome first, and takes the lock only
+// when there is none.
+//
 // It also halts with a rejection matching middleware.ErrInvalid when the
 // key is too long or the command cannot be fingerprinted, ErrTimeout when
 // the wait took longer than Config.LockTimeout, ErrUnavailable when the
@@ -136,6 +141,9 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	if err != nil {
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
 			"the command cannot be fingerprinted for its idempotency key"), err))
+		return
+	}
+	if m.readFirst && m.answered(ctx, p, key, fp) {
 		return
 	}
 	lk, err := m.lock(ctx, key)
@@ -165,6 +173,18 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		go r.watch(lost)
 	}
 	p.Assign(AssignRun, r)
+}
+
+// answered reads key's outcome before the lock (Config.ReadFirst) and,
+// when there is one, halts the command with it and reports true. A failed
+// read is left to the read under the lock.
+func (m *Middleware) answered(ctx context.Context, p *middleware.Pipeline, key lockstore.Key, fp []byte) bool {
+	o, found, err := m.store.Outcome(ctx, key)
+	if err != nil || !found {
+		return false
+	}
+	answer(p, o, fp)
+	return true
 }
 
 // fingerprintOf calls the fingerprint function, which is user code: its

@@ -64,12 +64,45 @@ func TestConcurrentRepeatsRunOnce(t *testing.T) {
 
 func TestConcurrentRepeatsOverTwoNodesRunOnce(t *testing.T) {
 	t.Parallel()
+	for _, readFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lock first", true: "read first"}[readFirst], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := e.config()
+			cfg.ReadFirst = readFirst
+			// Two buses sharing one Locker and one Store are two nodes.
+			front := &counter{}
+			a := e.node(bus.Config{}, front, e.middleware(cfg))
+			b := e.node(bus.Config{}, front, e.middleware(cfg))
+			repeatStorm(t, e, 100, front, a, b)
+		})
+	}
+}
+
+func TestReadFirstAnswersARepeatWithoutTheLock(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	// Two buses sharing one Locker and one Store are two nodes.
-	front := &counter{}
-	a := e.node(bus.Config{}, front, e.middleware(e.config()))
-	b := e.node(bus.Config{}, front, e.middleware(e.config()))
-	repeatStorm(t, e, 100, front, a, b)
+	locker := &countingLocker{Locker: e.mem}
+	store := &faultyStore{Outcomes: e.store}
+	cfg := e.config()
+	cfg.Locker, cfg.Store, cfg.ReadFirst = locker, store, true
+	b := e.node(bus.Config{}, e.middleware(cfg))
+	first, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.NoError(t, err)
+	lookups, saves, _ := store.counts()
+	require.EqualValues(t, 2, locker.calls.Load(), "a new key: lock and unlock")
+	require.Equal(t, []int{2, 1}, []int{lookups, saves}, "a new key: a read before the lock, one under it, and the write")
+
+	again, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	lookups, _, _ = store.counts()
+	require.EqualValues(t, 2, locker.calls.Load(), "the repeat called the Locker")
+	require.Equal(t, 3, lookups, "the repeat: one read")
+
+	_, err = pay(t, b, Pay{Key: "k", Amount: 6})
+	require.ErrorIs(t, err, middleware.ErrIdempotencyConflict)
+	require.EqualValues(t, 1, e.runs.Load())
 }
 
 func TestLaterRepeatGetsTheStoredResultWithoutLaterHooks(t *testing.T) {
