@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/claimbus/claimbus/claimstore"
+	claimpg "github.com/claimbus/claimbus/claimstore/postgres"
 	"github.com/claimbus/claimbus/idempotency"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore/postgres"
@@ -16,8 +16,8 @@ import (
 )
 
 // BenchmarkPostgres runs Pays one at a time through a middleware.Runner
-// with the idempotency middleware on lockstore/postgres (the outcomes in
-// memory: claimstore/postgres is not there yet), each op a new key
+// with the idempotency middleware on lockstore/postgres and
+// claimstore/postgres, each op a new key
 // (newkey) or the same key (repeat), with Config.ReadFirst or not
 // (-readfirst), against the same runner without the middleware
 // (baseline). Metrics: lock-calls/op (lock statements: TryLock,
@@ -29,6 +29,8 @@ func BenchmarkPostgres(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, store.Close()) })
 	ctx := context.Background()
+	pgOutcomes, err := claimpg.New(ctx, pool, claimpg.Config{})
+	require.NoError(b, err)
 	h := func(_ context.Context, p *middleware.Pipeline) (any, error) {
 		return Receipt{Amount: p.Command.(*Pay).Amount}, nil
 	}
@@ -48,7 +50,7 @@ func BenchmarkPostgres(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			locker := &countingLocker{Locker: store}
-			outcomes := &faultyStore{Outcomes: claimstore.NewMemory(claimstore.MemoryConfig{})}
+			outcomes := &faultyStore{Outcomes: pgOutcomes}
 			var mws []middleware.Middleware
 			if c.idem {
 				m, err := idempotency.New(idempotency.Config{
@@ -66,13 +68,13 @@ func BenchmarkPostgres(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			run(c.keyOf(0)) // the repeat's first run
+			run(c.name + c.keyOf(0)) // the repeat's first run; keys are per case: the outcome table is shared
 			locker.calls.Store(0)
 			l0, s0, _ := outcomes.counts()
 			i := 0
 			for b.Loop() {
 				i++
-				run(c.keyOf(i))
+				run(c.name + c.keyOf(i))
 			}
 			l1, s1, _ := outcomes.counts()
 			b.ReportMetric(float64(locker.calls.Load())/float64(i), "lock-calls/op")

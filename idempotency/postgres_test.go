@@ -7,14 +7,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
+	claimpg "github.com/claimbus/claimbus/claimstore/postgres"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore/postgres"
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// pgNodes returns n in-process buses, each with its own pool and
-// PostgreSQL lock store on one database, sharing e's Store (the memory
-// one: a shared outcome store), with front before the middleware.
+// pgNodes returns n in-process buses, each with its own pool, PostgreSQL
+// lock store and claimstore/postgres outcome store on one database, with
+// front before the middleware.
 func pgNodes(t *testing.T, e *env, n int, front *counter) []*bus.Bus {
 	t.Helper()
 	dsn := pgtest.DSN(t)
@@ -24,15 +25,17 @@ func pgNodes(t *testing.T, e *env, n int, front *counter) []*bus.Bus {
 		store, err := postgres.New(context.Background(), pool, postgres.Config{})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
+		outcomes, err := claimpg.New(context.Background(), pool, claimpg.Config{})
+		require.NoError(t, err)
 		cfg := e.config()
-		cfg.Locker = store
+		cfg.Locker, cfg.Store = store, outcomes
 		buses = append(buses, e.node(bus.Config{}, front, e.middleware(cfg)))
 	}
 	return buses
 }
 
 // 100 concurrent repeats over two nodes, whose only link is the
-// database's advisory locks (and the shared outcome store), run the
+// database (its advisory locks and its outcome table), run the
 // handler once.
 func TestConcurrentRepeatsOverTwoNodesOnPostgres(t *testing.T) {
 	t.Parallel()
