@@ -126,3 +126,29 @@ func tryLockAcross(ctx context.Context, t *testing.T, a, b *Store) {
 	require.ErrorIs(t, err, lockstore.ErrLocked, "b holds the key")
 	require.NoError(t, lb.Release(ctx))
 }
+
+// TestSetupRefusesAChangedPID: a lock connection whose epoch bump answers
+// from another backend than its first statement did (what a busy pooler in
+// transaction mode does at a reconnect) is refused with ErrNoSession and
+// closed.
+func TestSetupRefusesAChangedPID(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	s := newTestStore(t, pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2}), Config{})
+	conn, id, err := s.dialLock(ctx)
+	require.NoError(t, err)
+	require.Equal(t, conn.PgConn().PID(), id.pid, "straight to the server, the pids agree")
+	c := newLockConn(s, 99, false)
+	other := id
+	other.pid++
+	err = c.setup(ctx, conn, other)
+	require.ErrorIs(t, err, ErrNoSession)
+	require.True(t, conn.IsClosed(), "the connection in doubt is closed")
+	require.Nil(t, c.conn)
+
+	conn, id, err = s.dialLock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.setup(ctx, conn, id), "the same pid twice is a session")
+	require.Equal(t, id.pid, c.pid)
+	closeConn(conn)
+}
