@@ -46,4 +46,14 @@
 //
 // It always needs the local binaries. TerminateBackends (the package
 // function) does the same on one database of the shared server.
+//
+// # PgBouncer
+//
+// StartPgBouncer starts a PgBouncer in front of a private cluster, in
+// session, transaction or statement pool mode, and returns the URL through
+// it; it is stopped when the test ends. Without the pgbouncer binary ($PATH
+// or /usr/sbin) the test is skipped, or fails when CI is "true":
+//
+//	c := pgtest.NewCluster(t)
+//	dsn := pgtest.StartPgBouncer(t, c, pgtest.PoolTransaction)
 package pgtest

@@ -4,11 +4,15 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -52,6 +56,24 @@ type Config struct {
 	// share a number. Default: none; every namespace is hashed (see LockID).
 	Namespaces map[string]int32
 
+	// LockConnString, when set, is the connection string (a postgres://
+	// URL or key=value pairs, as pgx.ParseConfig takes) of every connection
+	// that holds session advisory locks: the Locker's lock connections,
+	// Exclusive's connections and its watcher's, and the connections that
+	// bump the token epoch aside. Point it straight at the server (or at a
+	// pooler in session mode) when the pool goes through a pooler in
+	// transaction mode, such as PgBouncer with pool_mode = transaction:
+	// lookups and Serialize (transaction-level locks) then run through the
+	// pooler, and the session locks on sessions of their own. New refuses
+	// lock connections that do not keep a session, with an error matching
+	// ErrNoSession (see docs/postgres-production.md). Its settings are used
+	// as they are (application_name aside, see Node); nothing carries over
+	// from the pool's configuration. With it set, Exclusive dials a
+	// connection per call instead of taking one from the pool. Default
+	// empty: those connections are opened with the pool's configuration
+	// (outside the pool).
+	LockConnString string
+
 	// LockConns is the number of dedicated connections the Locker holds its
 	// session advisory locks on. Distinct keys are spread over them; a
 	// connection holds any number of locks. Default 2, at most 64.
@@ -63,8 +85,8 @@ type Config struct {
 
 	// Node names this process in Held. The lock connections carry it as
 	// their application_name, which is how other nodes see it in
-	// pg_stat_activity. Default: the pool's application_name, else the host
-	// name.
+	// pg_stat_activity. Default: the pool's application_name, else
+	// LockConnString's, else the host name.
 	Node string
 
 	// PollInterval is the longest wait between two tries of a key that
@@ -164,6 +186,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("postgres: Config.Namespaces: %q all have number %d", names, n))
 		}
 	}
+	if c.LockConnString != "" {
+		if _, err := pgx.ParseConfig(c.LockConnString); err != nil {
+			errs = append(errs, fmt.Errorf("postgres: Config.LockConnString: %s", redactParseError(err)))
+		}
+	}
 	if c.LockConns < 0 || c.LockConns > MaxLockConns {
 		errs = append(errs, fmt.Errorf("postgres: Config.LockConns is %d, want 0 (default %d) to %d", c.LockConns, DefaultLockConns, MaxLockConns))
 	}
@@ -226,6 +253,24 @@ func (c Config) withDefaults(applicationName string) Config {
 	c.ReconnectBackoff = cmp.Or(c.ReconnectBackoff, DefaultReconnectBackoff)
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
 	return c
+}
+
+// redactParseError is err's message without the connection string it may
+// quote (pgconn redacts passwords only as far as it can tell one), nor the
+// URL a url.Error quotes.
+func redactParseError(err error) string {
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return "cannot parse the connection string"
+	}
+	bare := *pce
+	bare.ConnString = ""
+	msg := strings.Replace(bare.Error(), "cannot parse ``: ", "cannot parse the connection string: ", 1)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = strings.ReplaceAll(msg, ue.Error(), ue.Err.Error())
+	}
+	return msg
 }
 
 func hostname() string {

@@ -41,6 +41,12 @@ func TestConfigValidate(t *testing.T) {
 			wants: []string{"KeepAlive (1s) must be less than LeaseBound (1s)"}},
 		{name: "negative capacity settings", cfg: Config{MaxHeld: -1, LocksPerConn: -2, StatementTimeout: -1, LeaseBound: -1},
 			wants: []string{"MaxHeld is -1", "LocksPerConn is -2", "StatementTimeout is negative", "LeaseBound is negative"}},
+		{name: "lock connection string, URL", cfg: Config{LockConnString: "postgres://u:pw@db.internal:5432/app?sslmode=disable"}},
+		{name: "lock connection string, key=value", cfg: Config{LockConnString: "host=db.internal port=5432 user=u dbname=app"}},
+		{name: "lock connection string, bad port", cfg: Config{LockConnString: "host=db.internal port=notaport"},
+			wants: []string{"Config.LockConnString: cannot parse the connection string"}},
+		{name: "lock connection string, bad sslmode", cfg: Config{LockConnString: "postgres://db.internal/app?sslmode=bogus"},
+			wants: []string{"Config.LockConnString: cannot parse the connection string", "sslmode"}},
 		{name: "too many lock connections", cfg: Config{LockConns: MaxLockConns + 1}, wants: []string{"LockConns is 65"}},
 	}
 	for _, tt := range tests {
@@ -79,4 +85,21 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, DefaultMaxBatch, c.MaxBatch)
 	require.Equal(t, hostname(), Config{}.withDefaults("").Node)
 	require.Equal(t, "mine", Config{Node: "mine"}.withDefaults("app-a").Node)
+}
+
+// TestConfigLockConnStringHidesPassword: a connection string that does not
+// parse is reported without its password, in either form.
+func TestConfigLockConnStringHidesPassword(t *testing.T) {
+	t.Parallel()
+	for _, cs := range []string{
+		"postgres://user:s3cr3tpw@db.internal:notaport/app",
+		"postgres://user:s3cr3tpw@db.internal/app?sslmode=bogus",
+		"host=db.internal password=s3cr3tpw port=notaport",
+		"host=db.internal password=s3cr3tpw sslmode=bogus",
+		"postgres://user:s3cr3tpw@[::1/app",
+	} {
+		err := Config{LockConnString: cs}.Validate()
+		require.ErrorContains(t, err, "Config.LockConnString", cs)
+		require.NotContains(t, err.Error(), "s3cr3tpw", cs)
+	}
 }

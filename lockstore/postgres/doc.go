@@ -28,7 +28,8 @@
 // Locks live on a small set of dedicated lock connections
 // (Config.LockConns, default 2, more while many locks are held: see Many
 // locks), opened from the pool's configuration (its credentials,
-// application_name and settings) but outside the pool: a session holds any
+// application_name and settings), or from Config.LockConnString when it is
+// set, but outside the pool: a session holds any
 // number of advisory locks, so 1,000 locks held at once need 2
 // connections, not 1,000. Distinct keys are spread over the lock
 // connections by lock id.
@@ -135,9 +136,25 @@
 // LocksPerConn beyond LockConns), and closes it again once it holds
 // nothing.
 //
-// Session locks need a direct or session-mode connection: see
-// docs/postgres-production.md in the repository for PgBouncer, keepalive
-// settings and max_locks_per_transaction.
+// # PgBouncer
+//
+// Session locks need a direct or session-mode connection. Behind PgBouncer
+// in transaction (or statement) mode they would be silently wrong, so New
+// checks that each lock connection keeps one server session (its
+// pg_backend_pid never changes, and no two connections open at once share
+// one) and fails with an error matching ErrNoSession when one does not.
+// Serialize's transaction-level locks and the store's lookups are safe
+// through such a pooler: let the pool go through it, and give the session
+// locks their own connections straight to the server with
+// Config.LockConnString:
+//
+//	pool, _ := pgxpool.New(ctx, "postgres://app@pgbouncer:6432/app?default_query_exec_mode=exec")
+//	store, err := postgres.New(ctx, pool, postgres.Config{
+//		LockConnString: "postgres://app@db-primary:5432/app",
+//	})
+//
+// See docs/postgres-production.md in the repository for that setup,
+// keepalive settings and max_locks_per_transaction.
 //
 // # Lock ids
 //

@@ -63,6 +63,13 @@ func epochSchemaSQL(schema string) []string {
 // on conn, a connection outside any transaction, in one round trip. On
 // error the session may still hold epochLockKey: the caller closes conn.
 func (s *Store) bumpEpoch(ctx context.Context, conn *pgx.Conn) error {
+	_, err := s.bumpEpochPID(ctx, conn)
+	return err
+}
+
+// bumpEpochPID is bumpEpoch, and returns the backend pid its last
+// statement ran on (see session.go).
+func (s *Store) bumpEpochPID(ctx context.Context, conn *pgx.Conn) (uint32, error) {
 	epoch := pgx.Identifier{s.cfg.Schema, epochTable}.Sanitize()
 	live := pgx.Identifier{s.cfg.Schema, epochLiveTable}.Sanitize()
 	var b pgx.Batch
@@ -73,21 +80,26 @@ func (s *Store) bumpEpoch(ctx context.Context, conn *pgx.Conn) error {
 	b.Queue("COMMIT")
 	b.Queue("SELECT setval(" + s.tokenSQL + ", e.epoch << 32) FROM " + epoch + " e WHERE nextval(" + s.tokenSQL + ") < e.epoch << 32")
 	b.Queue("INSERT INTO " + live + " (id, epoch) SELECT 1, epoch FROM " + epoch + " WHERE id = 1 ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch")
-	b.Queue("SELECT pg_advisory_unlock($1::int8)", epochLockKey)
+	b.Queue("SELECT pg_advisory_unlock($1::int8), pg_backend_pid()", epochLockKey)
 	br := conn.SendBatch(ctx, &b)
 	var err error
-	for range b.Len() {
+	for range b.Len() - 1 {
 		if _, err = br.Exec(); err != nil {
 			break
 		}
+	}
+	var unlocked bool
+	var pid uint32
+	if err == nil {
+		err = br.QueryRow().Scan(&unlocked, &pid)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("bump the token epoch: %w", err)
+		return 0, fmt.Errorf("bump the token epoch: %w", err)
 	}
-	return nil
+	return pid, nil
 }
 
 // liveTokenSQL is a scalar subquery that draws a token when the epoch is

@@ -144,20 +144,19 @@ func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID
 	if err := s.checkOpen(); err != nil {
 		return fail(err)
 	}
-	pooled, err := s.pool.Acquire(c.ctx)
+	conn, err = s.exclusiveConn(c.ctx)
 	if err != nil {
-		return fail(fmt.Errorf("acquire a connection: %w", err))
+		return fail(err)
 	}
-	conn = pooled.Hijack()
 	if err := c.use(conn.PgConn().Conn()); err != nil {
 		return fail(err)
 	}
-	token, err := s.sessionLock(c.ctx, conn, id)
+	token, pid, err := s.sessionLock(c.ctx, conn, id)
 	if err != nil {
 		return fail(err)
 	}
 
-	h := &exclusiveHold{s: s, call: c, key: key, id: id, conn: conn, pid: conn.PgConn().PID(), token: token, confirmed: time.Now()}
+	h := &exclusiveHold{s: s, call: c, key: key, id: id, conn: conn, pid: pid, token: token, confirmed: time.Now()}
 	if err := s.calls.watch(s, h); err != nil {
 		return fail(err)
 	}
@@ -165,35 +164,58 @@ func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID
 	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, token: token, conn: conn}), nil
 }
 
+// exclusiveConn returns a connection of Exclusive's own: one dialled with
+// Config.LockConnString when it is set (the pool may go through a pooler
+// that keeps no session), else one taken out of the pool for good.
+func (s *Store) exclusiveConn(ctx context.Context) (*pgx.Conn, error) {
+	if s.cfg.LockConnString != "" {
+		conn, err := pgx.ConnectConfig(ctx, s.connConfig)
+		if err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		return conn, nil
+	}
+	pooled, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire a connection: %w", err)
+	}
+	return pooled.Hijack(), nil
+}
+
 // sessionLock waits for id's session lock on conn and draws a token in the
-// same message. When the token comes back NULL (the epoch is not live, see
+// same message, which also answers the session's backend pid (the
+// server's: a pooler in session mode gives the client a key of its own). When the token comes back NULL (the epoch is not live, see
 // epoch.go) it bumps the epoch on conn, which is outside any transaction,
 // and draws again. On error the caller closes conn.
-func (s *Store) sessionLock(ctx context.Context, conn *pgx.Conn, id LockID) (int64, error) {
+func (s *Store) sessionLock(ctx context.Context, conn *pgx.Conn, id LockID) (int64, uint32, error) {
 	q := s.serialSQL()
 	timeout, bounded := lockTimeout(ctx)
 	results, err := conn.PgConn().Exec(ctx, sessionLockSQL(q, id, timeout, bounded, s.cfg.StatementTimeout)).ReadAll()
 	var token *int64
+	var pid uint32
 	if err == nil {
 		token, err = tokenResult(results)
 	}
+	if err == nil {
+		pid, err = pidResult(results)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded))
+		return 0, 0, fmt.Errorf("take the lock: %w", lockWaitError(ctx, err, bounded))
 	}
 	if token == nil {
 		bctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 		if err := s.bumpEpoch(bctx, conn); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if err := conn.QueryRow(bctx, q.token).Scan(&token); err != nil {
-			return 0, fmt.Errorf("draw a token: %w", err)
+			return 0, 0, fmt.Errorf("draw a token: %w", err)
 		}
 		if token == nil {
-			return 0, fmt.Errorf("draw a token: %w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
+			return 0, 0, fmt.Errorf("draw a token: %w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
 		}
 	}
-	return *token, nil
+	return *token, pid, nil
 }
 
 // end stops the watch, unlocks, closes the connection and frees the
@@ -230,14 +252,15 @@ func (h *exclusiveHold) end() error {
 	return nil
 }
 
-// sessionLockSQL waits for id's session lock, then draws a token (q.token),
-// in one message. A simple-protocol message of several statements is one
+// sessionLockSQL answers the backend pid, waits for id's session lock, then
+// draws a token (q.token), in one message. A simple-protocol message of several statements is one
 // implicit transaction: settings made with set_config(..., true) end with
 // it while the session lock stays. Bounded, it sets lock_timeout; else
 // statement_timeout to stmtTimeout, unless one is in force already (see
 // setStatementTimeoutSQL).
 func sessionLockSQL(q *serialSQL, id LockID, timeoutMS int64, bounded bool, stmtTimeout time.Duration) string {
 	b := make([]byte, 0, 512)
+	b = append(b, "select pg_backend_pid(); "...)
 	if bounded {
 		b = append(b, "select set_config('lock_timeout', '"...)
 		b = strconv.AppendInt(b, timeoutMS, 10)

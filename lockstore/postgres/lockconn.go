@@ -179,29 +179,52 @@ func (c *lockConn) unavailableLocked() error {
 func (c *lockConn) connect() error {
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.ConnectTimeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, c.s.connConfig)
+	conn, id, err := c.s.dialLock(ctx)
 	if err != nil {
 		return err
 	}
+	return c.setup(ctx, conn, id)
+}
+
+// dialLock opens a lock connection and asks it its session (see
+// session.go), which also turns its idle_session_timeout off.
+func (s *Store) dialLock(ctx context.Context) (*pgx.Conn, sessionID, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.connConfig)
+	if err != nil {
+		return nil, sessionID{}, err
+	}
+	id, err := querySession(ctx, conn, sessionProbeSQL)
+	if err != nil {
+		closeConn(conn)
+		return nil, sessionID{}, err
+	}
+	return conn, id, nil
+}
+
+// setup bumps the token epoch on conn, a connection dialLock opened on
+// session id, checks that the bump ran on the same session, and makes conn
+// the lock connection. On error it closes conn. ctx bounds it.
+func (c *lockConn) setup(ctx context.Context, conn *pgx.Conn, id sessionID) error {
 	sent := time.Now()
-	// An idle_session_timeout (PostgreSQL 14+) would end the session, and
-	// every lock on it, while the connection waits for work.
-	if _, err := conn.Exec(ctx, `SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'`); err != nil {
+	// Tokens drawn on this session must be above every token drawn before
+	// a crash that came before it (see epoch.go).
+	pid, err := c.s.bumpEpochPID(ctx, conn)
+	if err != nil {
 		closeConn(conn)
 		return err
 	}
-	// Tokens drawn on this session must be above every token drawn before
-	// a crash that came before it (see epoch.go).
-	if err := c.s.bumpEpoch(ctx, conn); err != nil {
+	if pid != id.pid {
 		closeConn(conn)
-		return err
+		return fmt.Errorf("the connection answered from backend pid %d, then from %d: %w", id.pid, pid, ErrNoSession)
 	}
 	c.conn = conn
 	c.confirmed = sent
 	c.mu.Lock()
 	c.gen++
 	c.up = true
-	c.pid = conn.PgConn().PID()
+	// The server's pid, not the one in the connection's BackendKeyData: a
+	// pooler in session mode gives the client a key of its own.
+	c.pid = id.pid
 	c.lastErr = nil
 	c.mu.Unlock()
 	return nil

@@ -145,6 +145,19 @@ func tokenResult(results []*pgconn.Result) (*int64, error) {
 	return &t, nil
 }
 
+// pidResult reads the backend pid from the first result of
+// sessionLockSQL's message.
+func pidResult(results []*pgconn.Result) (uint32, error) {
+	if len(results) == 0 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 1 {
+		return 0, errors.New("no backend pid in the answer")
+	}
+	pid, err := strconv.ParseUint(string(results[0].Rows[0][0]), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("backend pid %q: %w", results[0].Rows[0][0], err)
+	}
+	return uint32(pid), nil
+}
+
 // bumpEpochAside bumps the token epoch on a connection of its own, opened
 // from the lock connections' configuration and closed after, for a caller
 // whose connection is inside a transaction.

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,8 +47,10 @@ type Store struct {
 	tokenSQL string
 	batchSQL string
 
-	// connConfig opens the lock connections: the pool's, with Node as
-	// application_name and TCP keepalive after Config.KeepAlive.
+	// connConfig opens the lock connections (and every other connection
+	// that holds session locks): the pool's, or Config.LockConnString's,
+	// with Node as application_name and TCP keepalive after
+	// Config.KeepAlive.
 	connConfig *pgx.ConnConfig
 	// connsMu guards conns, the lock connections (the base ones first),
 	// and the fields of their growth (see conns.go); active is the set new
@@ -94,7 +97,11 @@ type Store struct {
 // schema and the fencing-token sequence when missing (safe when many nodes
 // start at once) and connects the lock connections, which it opens with the
 // pool's connection configuration (credentials, application_name and
-// settings carry over) but outside the pool.
+// settings carry over) but outside the pool, or with Config.LockConnString
+// when it is set. It fails with an error matching ErrNoSession when the
+// lock connections do not keep a session (a pooler in transaction or
+// statement mode: see session.go), at the cost of one round trip per lock
+// connection and one on the pool.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New: nil pool")
@@ -103,7 +110,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	connConfig := pool.Config().ConnConfig
-	cfg = cfg.withDefaults(connConfig.RuntimeParams["application_name"])
+	appName := connConfig.RuntimeParams["application_name"]
+	if cfg.LockConnString != "" {
+		lc, err := pgx.ParseConfig(cfg.LockConnString)
+		if err != nil { // Validate parsed it already
+			return nil, fmt.Errorf("postgres: Config.LockConnString: %s", redactParseError(err))
+		}
+		connConfig = lc
+		appName = cmp.Or(appName, lc.RuntimeParams["application_name"])
+	}
+	cfg = cfg.withDefaults(appName)
 
 	s := &Store{
 		pool:       pool,
@@ -138,12 +154,48 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.nextIndex = cfg.LockConns
 	active := slices.Clone(s.conns)
 	s.active.Store(&active)
+	// Every lock connection is opened and asked its session first, then
+	// checked (see session.go), then set up.
+	opened := make([]*pgx.Conn, 0, cfg.LockConns)
+	ids := make([]sessionID, 0, cfg.LockConns)
+	closeOpened := func() {
+		s.cancel()
+		for _, conn := range opened {
+			closeConn(conn)
+		}
+	}
 	var errs []error
 	for i := range s.conns {
 		c := newLockConn(s, i, true)
 		s.conns[i] = c
 		active[i] = c
-		if err := c.connect(); err != nil {
+		cctx, cancel := context.WithTimeout(s.ctx, cfg.ConnectTimeout)
+		conn, id, err := s.dialLock(cctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lock connection %d: %w", i, err))
+			continue
+		}
+		opened = append(opened, conn)
+		ids = append(ids, id)
+	}
+	if err := errors.Join(errs...); err != nil {
+		closeOpened()
+		return nil, fmt.Errorf("postgres: New: %w: %w", lockstore.ErrUnavailable, err)
+	}
+	cctx, cancel := context.WithTimeout(s.ctx, cfg.ConnectTimeout)
+	err := checkSessions(cctx, pool, opened, ids)
+	cancel()
+	if err != nil {
+		closeOpened()
+		return nil, err
+	}
+	for i, c := range s.conns {
+		cctx, cancel := context.WithTimeout(s.ctx, cfg.ConnectTimeout)
+		err := c.setup(cctx, opened[i], ids[i])
+		cancel()
+		if err != nil {
+			// setup closed opened[i].
 			errs = append(errs, fmt.Errorf("lock connection %d: %w", i, err))
 		}
 	}
@@ -153,6 +205,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 			if c.conn != nil {
 				closeConn(c.conn)
 			}
+		}
+		if errors.Is(err, ErrNoSession) {
+			return nil, fmt.Errorf("postgres: New: %w", err)
 		}
 		return nil, fmt.Errorf("postgres: New: %w: %w", lockstore.ErrUnavailable, err)
 	}
