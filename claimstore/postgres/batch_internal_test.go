@@ -57,7 +57,7 @@ func waitQueued[Req, Res any](t *testing.T, b *batcher[Req, Res], n int) {
 func TestBatcherCoalescesAndSplitsDuplicates(t *testing.T) {
 	t.Parallel()
 	g := newGatedRun()
-	b := newBatcher(3, func(s string) string { return s[:1] }, g.run)
+	b := newBatcher(3, 1, func(s string) string { return s[:1] }, g.run)
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	answers := make([]string, 6)
@@ -82,13 +82,13 @@ func TestBatcherCoalescesAndSplitsDuplicates(t *testing.T) {
 		require.Equal(t, "answer "+req, answers[i])
 	}
 	require.Equal(t, [][]string{{"a0"}, {"b1", "c2", "d4"}, {"b3", "e5"}}, g.batches)
-	require.False(t, b.busy, "idle once every batch ran")
+	require.Zero(t, b.running, "idle once every batch ran")
 }
 
 func TestBatcherCallerLeavesBeforeItsBatchStarts(t *testing.T) {
 	t.Parallel()
 	g := newGatedRun()
-	b := newBatcher(10, nil, g.run)
+	b := newBatcher(10, 1, nil, g.run)
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -117,7 +117,7 @@ func TestBatcherCallerLeavesBeforeItsBatchStarts(t *testing.T) {
 func TestBatcherBatchEndsWhenEveryCallerIsGone(t *testing.T) {
 	t.Parallel()
 	g := newGatedRun()
-	b := newBatcher(10, nil, g.run)
+	b := newBatcher(10, 1, nil, g.run)
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -148,6 +148,6 @@ func TestBatcherBatchEndsWhenEveryCallerIsGone(t *testing.T) {
 	require.Eventually(t, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return !b.busy
+		return b.running == 0
 	}, 10*time.Second, time.Millisecond)
 }
