@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 )
@@ -30,6 +31,9 @@ func (c HandlerConfig) Validate() error {
 	var errs []error
 	if c.Runner == nil {
 		errs = append(errs, errors.New("middleware: HandlerConfig.Runner is nil"))
+	}
+	if err := repliesWithoutAck(c.OnResult, c.AckHandlerErrors); err != nil {
+		errs = append(errs, fmt.Errorf("middleware: HandlerConfig: %w", err))
 	}
 	return errors.Join(errs...)
 }

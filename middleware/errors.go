@@ -57,6 +57,11 @@ var (
 	// ErrDuplicateCommand is returned when a command name is registered for
 	// two different types.
 	ErrDuplicateCommand = errors.New("middleware: command name registered twice")
+
+	// ErrIncompleteRequestReply is reported by the Validate of a config
+	// that answers requestreply senders (ReplyUnhandled) without acking
+	// handler errors: use NewRequestReply, which sets up both.
+	ErrIncompleteRequestReply = errors.New("middleware: incomplete requestreply set-up")
 	// ErrUnhandledCommandType is returned where a pipeline is built (the
 	// bus's Start, RouterMiddleware) for a command type a middleware acts on
 	// (see CommandTyper) that no command of the pipeline has: a rule

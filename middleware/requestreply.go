@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/requestreply"
@@ -75,8 +77,11 @@ func (ReplyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Repl
 // sent without waiting (no operation id) get no reply. A reply that cannot
 // be published is an error: the adapter nacks the command, which comes
 // again and is answered again.
+//
+// NewRequestReply sets all of this up in one call; a config that uses this
+// ResultFunc without AckHandlerErrors is refused by its Validate.
 func ReplyUnhandled[R any](backend requestreply.Backend[R]) ResultFunc {
-	return func(ctx context.Context, msg *message.Message, result any, err error) error {
+	f := func(ctx context.Context, msg *message.Message, result any, err error) error {
 		var cmd any
 		if p, ok := PipelineFromContext(ctx); ok {
 			if p.Handled() {
@@ -101,4 +106,68 @@ func ReplyUnhandled[R any](backend requestreply.Backend[R]) ResultFunc {
 		}
 		return nil
 	}
+	replyUnhandledFuncs.Store(reflect.ValueOf(f).Pointer(), struct{}{})
+	return f
+}
+
+// replyUnhandledFuncs holds the code pointers of the functions
+// ReplyUnhandled returns (one per instantiation shape), so that Validate
+// can tell one from other ResultFuncs.
+var replyUnhandledFuncs sync.Map
+
+// repliesWithoutAck reports the mistake of answering requestreply senders
+// (ReplyUnhandled) without acking handler errors: the command is nacked,
+// redelivered and answered again, forever on GoChannel.
+func repliesWithoutAck(onResult ResultFunc, ack bool) error {
+	if onResult == nil || ack {
+		return nil
+	}
+	if _, ok := replyUnhandledFuncs.Load(reflect.ValueOf(onResult).Pointer()); !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: OnResult answers requestreply senders (ReplyUnhandled) but AckHandlerErrors is false: "+
+		"a failed command would be nacked, redelivered and answered again; set AckHandlerErrors, or build the config with NewRequestReply",
+		ErrIncompleteRequestReply)
+}
+
+// RequestReply is this package set up for Watermill's requestreply in one
+// call: a PubSubBackend whose replies keep rejections as data
+// (ReplyMarshaler) and that acks handler errors (they are answers), and
+// adapter configs that answer the senders of halted commands
+// (ReplyUnhandled) and ack handler errors (AckHandlerErrors). Leaving out
+// any of the three makes senders get plain errors, wait until their
+// deadline, or get answered again on each redelivery.
+type RequestReply[R any] struct {
+	backend *requestreply.PubSubBackend[R]
+}
+
+// NewRequestReply returns the requestreply set-up whose backend is built
+// from cfg, with ReplyMarshaler[R] and cfg.AckCommandErrors set. Use its
+// Backend with requestreply.NewCommandHandlerWithResult and
+// requestreply.SendWithReply, and its HandlerConfig or RouterConfig for the
+// adapters.
+func NewRequestReply[R any](cfg requestreply.PubSubBackendConfig) (*RequestReply[R], error) {
+	cfg.AckCommandErrors = true
+	b, err := requestreply.NewPubSubBackend[R](cfg, ReplyMarshaler[R]{})
+	if err != nil {
+		return nil, fmt.Errorf("middleware: NewRequestReply: %w", err)
+	}
+	return &RequestReply[R]{backend: b}, nil
+}
+
+// Backend is the requestreply backend, for requestreply's handlers and
+// senders.
+func (rr *RequestReply[R]) Backend() *requestreply.PubSubBackend[R] { return rr.backend }
+
+// HandlerConfig returns the config of OnHandle or WrapHandler for runner,
+// answering the senders of halted commands and acking handler errors.
+func (rr *RequestReply[R]) HandlerConfig(runner *Runner) HandlerConfig {
+	return HandlerConfig{Runner: runner, OnResult: ReplyUnhandled[R](rr.backend), AckHandlerErrors: true}
+}
+
+// RouterConfig returns the config of RouterMiddleware for runner and
+// registry, answering the senders of halted commands and acking handler
+// errors. Set its other fields (RejectUnknown, Logger) as needed.
+func (rr *RequestReply[R]) RouterConfig(runner *Runner, registry *Registry) RouterConfig {
+	return RouterConfig{Runner: runner, Registry: registry, OnResult: ReplyUnhandled[R](rr.backend), AckHandlerErrors: true}
 }

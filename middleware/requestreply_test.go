@@ -73,16 +73,9 @@ func startRequestReplyEnv(t *testing.T, plug string) *requestReplyEnv {
 	replies := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { require.NoError(t, replies.Close()) })
 	env := &requestReplyEnv{deliveries: newDeliveries()}
-	var err error
-	env.backend, err = requestreply.NewPubSubBackend[StaffCreated](requestreply.PubSubBackendConfig{
-		Publisher: replies,
-		SubscriberConstructor: func(requestreply.PubSubBackendSubscribeParams) (message.Subscriber, error) {
-			return replies, nil
-		},
-		GeneratePublishTopic:   func(requestreply.PubSubBackendPublishParams) (string, error) { return "replies", nil },
-		GenerateSubscribeTopic: func(requestreply.PubSubBackendSubscribeParams) (string, error) { return "replies", nil },
-	}, middleware.ReplyMarshaler[StaffCreated]{})
+	rr, err := middleware.NewRequestReply[StaffCreated](replyBackendConfig(replies))
 	require.NoError(t, err)
+	env.backend = rr.Backend()
 
 	runner := newRunner(t, middleware.Validate(), takenEmails)
 	handler := requestreply.NewCommandHandlerWithResult("create_staff", env.backend, createStaff)
@@ -95,12 +88,12 @@ func startRequestReplyEnv(t *testing.T, plug string) *requestReplyEnv {
 		Marshaler: cqrs.JSONMarshaler{},
 		Logger:    watermill.NopLogger{},
 	}
-	hcfg := middleware.HandlerConfig{Runner: runner, OnResult: middleware.ReplyUnhandled(env.backend), AckHandlerErrors: true}
+	hcfg := rr.HandlerConfig(runner)
 	switch plug {
 	case "router":
-		mw, err := middleware.RouterMiddleware(middleware.RouterConfig{
-			Runner: runner, Registry: newRegistry(t), OnResult: hcfg.OnResult, AckHandlerErrors: true, Logger: discardLogger,
-		})
+		rcfg := rr.RouterConfig(runner, newRegistry(t))
+		rcfg.Logger = discardLogger
+		mw, err := middleware.RouterMiddleware(rcfg)
 		require.NoError(t, err)
 		router.AddMiddleware(mw)
 	case "onhandle":
@@ -380,4 +373,49 @@ func (b *countingBackend) OnCommandProcessed(_ context.Context, params requestre
 	}
 	// Like the PubSubBackend without AckCommandErrors.
 	return params.HandleErr
+}
+
+// replyBackendConfig is the requestreply backend config of replies on
+// ps's topic "replies".
+func replyBackendConfig(ps *gochannel.GoChannel) requestreply.PubSubBackendConfig {
+	return requestreply.PubSubBackendConfig{
+		Publisher: ps,
+		SubscriberConstructor: func(requestreply.PubSubBackendSubscribeParams) (message.Subscriber, error) {
+			return ps, nil
+		},
+		GeneratePublishTopic:   func(requestreply.PubSubBackendPublishParams) (string, error) { return "replies", nil },
+		GenerateSubscribeTopic: func(requestreply.PubSubBackendSubscribeParams) (string, error) { return "replies", nil },
+	}
+}
+
+// Answering requestreply senders without acking handler errors is caught
+// when the adapter is built, in each of the three plugs; NewRequestReply's
+// configs pass.
+func TestIncompleteRequestReplyIsRefused(t *testing.T) {
+	t.Parallel()
+	replies := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { require.NoError(t, replies.Close()) })
+	rr, err := middleware.NewRequestReply[StaffCreated](replyBackendConfig(replies))
+	require.NoError(t, err)
+	runner := newRunner(t)
+	handler := requestreply.NewCommandHandlerWithResult("create_staff", rr.Backend(), createStaff)
+
+	bare := middleware.HandlerConfig{Runner: runner, OnResult: middleware.ReplyUnhandled(rr.Backend())}
+	_, err = middleware.OnHandle(bare)
+	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
+	_, err = middleware.WrapHandler(handler, bare)
+	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
+	_, err = middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: newRegistry(t), OnResult: bare.OnResult})
+	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
+	require.ErrorContains(t, err, "NewRequestReply")
+
+	_, err = middleware.OnHandle(rr.HandlerConfig(runner))
+	require.NoError(t, err)
+	_, err = middleware.WrapHandler(handler, rr.HandlerConfig(runner))
+	require.NoError(t, err)
+	_, err = middleware.RouterMiddleware(rr.RouterConfig(runner, newRegistry(t)))
+	require.NoError(t, err)
+	other := middleware.HandlerConfig{Runner: runner, OnResult: func(context.Context, *message.Message, any, error) error { return nil }}
+	_, err = middleware.OnHandle(other)
+	require.NoError(t, err, "any other ResultFunc may nack")
 }

@@ -57,6 +57,9 @@ func (c RouterConfig) Validate() error {
 	if c.Registry == nil {
 		errs = append(errs, errors.New("middleware: RouterConfig.Registry is nil"))
 	}
+	if err := repliesWithoutAck(c.OnResult, c.AckHandlerErrors); err != nil {
+		errs = append(errs, fmt.Errorf("middleware: RouterConfig: %w", err))
+	}
 	if c.Runner != nil && c.Registry != nil {
 		if err := CheckCommandTypes(c.Runner.mws, c.Registry.commandTypes()); err != nil {
 			errs = append(errs, fmt.Errorf("middleware: RouterConfig: register every command type the Runner's middleware acts on in the Registry first: %w", err))
