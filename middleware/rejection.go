@@ -9,6 +9,10 @@ const (
 	CodeInvalid      = "invalid"
 	CodeUnavailable  = "unavailable"
 	CodeTimeout      = "timeout"
+	// CodeIdempotencyConflict rejects a command whose idempotency key was
+	// already used by a command with another payload (see the idempotency
+	// package): the stored answer is for that other command.
+	CodeIdempotencyConflict = "idempotency_conflict"
 )
 
 // Rejection is a structured business rejection of a command: a code such as
@@ -34,6 +38,8 @@ var (
 	ErrInvalid      error = &Rejection{Code: CodeInvalid, Message: "invalid command"}
 	ErrUnavailable  error = &Rejection{Code: CodeUnavailable, Message: "temporarily unavailable"}
 	ErrTimeout      error = &Rejection{Code: CodeTimeout, Message: "timed out"}
+	// ErrIdempotencyConflict matches a rejection with CodeIdempotencyConflict.
+	ErrIdempotencyConflict error = &Rejection{Code: CodeIdempotencyConflict, Message: "idempotency key used by another command"}
 )
 
 // Reject returns a rejection with code, naming field (may be empty), with a

@@ -19,6 +19,7 @@ var light = []string{
 	"github.com/claimbus/claimbus/lockstore",
 	"github.com/claimbus/claimbus/middleware",
 	"github.com/claimbus/claimbus/uniqueness",
+	"github.com/claimbus/claimbus/idempotency",
 	"github.com/claimbus/claimbus/bus",
 	"github.com/claimbus/claimbus/commands",
 }

@@ -1,0 +1,343 @@
+package idempotency
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/claimbus/claimbus/claimstore"
+	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// AssignRun is the key under which BeforeDispatch keeps, in the
+// pipeline's Assigns, the state of a first run (its key and lock) for the
+// after hooks.
+const AssignRun = "idempotency.run"
+
+// Middleware is the idempotency middleware: it runs each command carrying
+// an idempotency key once, and answers every repeat with the stored
+// outcome of the first run (see the package documentation). It is safe for
+// concurrent use.
+type Middleware struct {
+	locker      lockstore.Locker
+	store       claimstore.Outcomes
+	retention   time.Duration
+	key         KeyFunc
+	namespace   string
+	fingerprint FingerprintFunc
+	timeout     time.Duration
+	batch       int
+	logger      *slog.Logger
+
+	namespaces sync.Map // command name → record namespace
+}
+
+var _ middleware.Middleware = (*Middleware)(nil)
+
+// New returns the idempotency middleware configured by cfg.
+func New(cfg Config) (*Middleware, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	key, fingerprint := cfg.Key, cfg.Fingerprint
+	if key == nil {
+		key = CommandUUID
+	}
+	if fingerprint == nil {
+		fingerprint = SHA256JSON
+	}
+	return &Middleware{
+		locker:      cfg.Locker,
+		store:       cfg.Store,
+		retention:   cfg.Retention,
+		key:         key,
+		namespace:   cmp.Or(cfg.Namespace, DefaultNamespace),
+		fingerprint: fingerprint,
+		timeout:     cmp.Or(cfg.LockTimeout, DefaultLockTimeout),
+		batch:       cmp.Or(cfg.PurgeBatch, DefaultPurgeBatch),
+		logger:      cmp.Or(cfg.Logger, slog.Default()),
+	}, nil
+}
+
+// run is a first run of a key: what the after hooks store and release.
+type run struct {
+	key    lockstore.Key
+	lock   lockstore.Lock
+	fp     []byte
+	cancel context.CancelCauseFunc
+	stop   chan struct{} // closed by the after hooks: the watch ends
+	exited chan struct{} // closed by the watch as it returns
+}
+
+// Key returns the key under which the lock and the outcome of the command
+// p carries are kept, and whether it has one (Config.Key returned a
+// non-empty key). The key may be invalid (too long): BeforeDispatch
+// rejects such a command.
+func (m *Middleware) Key(p *middleware.Pipeline) (lockstore.Key, bool) {
+	id := m.key(p)
+	if id == "" {
+		return lockstore.Key{}, false
+	}
+	return lockstore.Key{Namespace: m.namespaceOf(p), ID: id}, true
+}
+
+// namespaceOf returns the record namespace of p's command type.
+func (m *Middleware) namespaceOf(p *middleware.Pipeline) string {
+	name := p.CommandName
+	if name == "" {
+		name = fmt.Sprintf("%T", p.Command)
+	}
+	if ns, ok := m.namespaces.Load(name); ok {
+		return ns.(string)
+	}
+	ns := m.namespace + "." + name
+	m.namespaces.Store(name, ns)
+	return ns
+}
+
+// BeforeDispatch takes the lock on the command's idempotency key, waiting
+// while a run of the same key holds it (on any node sharing the Locker),
+// then reads the key's stored outcome:
+//   - none: the command runs, holding the lock until its after hooks have
+//     stored its outcome; its handler's context is cancelled, with
+//     ErrLockLost as its cause, when the lock is lost while it runs;
+//   - one for the same payload (fingerprint): the command halts with the
+//     stored answer, releasing the lock: the stored rejection, or the
+//     stored result as the response with a nil error;
+//   - one for another payload: it halts with a rejection matching
+//     middleware.ErrIdempotencyConflict.
+//
+// It also halts with a rejection matching middleware.ErrInvalid when the
+// key is too long or the command cannot be fingerprinted, ErrTimeout when
+// the wait took longer than Config.LockTimeout, ErrUnavailable when the
+// Locker or the Store failed (the cause is wrapped beside it, and left out
+// of the message, which crosses the wire), and with ctx's error when ctx
+// ended. A command without a key passes through.
+func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
+	key, ok := m.Key(p)
+	if !ok {
+		return
+	}
+	if err := key.Validate(); err != nil {
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
+			"the idempotency key cannot be used: longer than %d bytes or not UTF-8", lockstore.MaxIDLen), err))
+		return
+	}
+	fp, err := m.fingerprintOf(p.Command)
+	if err != nil {
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
+			"the command cannot be fingerprinted for its idempotency key"), err))
+		return
+	}
+	lk, err := m.lock(ctx, key)
+	if err != nil {
+		m.haltLock(ctx, p, err)
+		return
+	}
+	o, found, err := m.store.Outcome(ctx, key)
+	if err != nil || found {
+		m.release(ctx, p.CommandUUID, lk, true)
+		switch {
+		case err == nil:
+			answer(p, o, fp)
+		case ctx.Err() != nil:
+			p.Halt(fmt.Errorf("idempotency: outcome of key %s: %w", key, err))
+		default:
+			p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "",
+				"cannot tell whether this command already ran now, try again"), err))
+		}
+		return
+	}
+	hctx, cancel := context.WithCancelCause(p.Context())
+	p.SetContext(hctx)
+	r := &run{key: key, lock: lk, fp: fp, cancel: cancel}
+	if lost := lk.Lost(); lost != nil {
+		r.stop, r.exited = make(chan struct{}), make(chan struct{})
+		go r.watch(lost)
+	}
+	p.Assign(AssignRun, r)
+}
+
+// fingerprintOf calls the fingerprint function, which is user code: its
+// panic is an error.
+func (m *Middleware) fingerprintOf(cmd any) (fp []byte, err error) {
+	if perr := middleware.Recover("idempotency fingerprint", func() { fp, err = m.fingerprint(cmd) }); perr != nil {
+		return nil, perr
+	}
+	return fp, err
+}
+
+// lock takes key now, or waits for it up to the lock timeout.
+func (m *Middleware) lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	lk, err := m.locker.TryLock(ctx, key)
+	if !errors.Is(err, lockstore.ErrLocked) {
+		return lk, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	return m.locker.Lock(wctx, key)
+}
+
+// haltLock stops the command whose lock failed with err.
+func (m *Middleware) haltLock(ctx context.Context, p *middleware.Pipeline, err error) {
+	switch {
+	case ctx.Err() != nil:
+		p.Halt(fmt.Errorf("idempotency: lock on the idempotency key: %w", err))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, lockstore.ErrTimeout):
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeTimeout, "",
+			"waited more than %v for the run of this idempotency key ahead of this one, try again", m.timeout), err))
+	case errors.Is(err, lockstore.ErrInvalidKey):
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
+			"the idempotency key cannot be used: too long or not UTF-8"), err))
+	default:
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "",
+			"cannot take the idempotency key now, try again"), err))
+	}
+}
+
+// answer halts a repeat with the stored outcome o of its key; fp is the
+// repeat's fingerprint.
+func answer(p *middleware.Pipeline, o claimstore.Outcome, fp []byte) {
+	if !bytes.Equal(o.Fingerprint, fp) {
+		p.Halt(middleware.Reject(middleware.CodeIdempotencyConflict, "",
+			"the idempotency key was used by a command with another payload"))
+		return
+	}
+	if len(o.Err) > 0 {
+		err := middleware.UnmarshalError(o.Err)
+		var rej *middleware.Rejection
+		if errors.As(err, &rej) {
+			p.Halt(rej)
+			return
+		}
+		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "",
+			"the stored answer of this command cannot be read"), err))
+		return
+	}
+	if len(o.Result) > 0 {
+		p.Respond(json.RawMessage(o.Result))
+	} else {
+		p.Respond(nil)
+	}
+	p.Halt(nil)
+}
+
+// watch cancels the handler's context when the lock is lost, until the
+// after hooks stop it.
+func (r *run) watch(lost <-chan struct{}) {
+	defer close(r.exited)
+	select {
+	case <-lost:
+		r.cancel(fmt.Errorf("%w: %s", ErrLockLost, r.key))
+	case <-r.stop:
+	}
+}
+
+// AfterDispatch stores the command's response as its key's outcome, then
+// releases the key.
+func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) {
+	m.finish(ctx, p, true)
+}
+
+// AfterFailure stores the command's outcome when it is a final answer (a
+// command halted with a nil error by a later hook, or a rejection other
+// than unavailable, timeout and locked), then releases the key. A
+// transient failure (those rejections, a handler's plain error, a panic, a
+// done context) is not stored: a retry runs again.
+func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
+	m.finish(ctx, p, false)
+}
+
+// finish ends the first run p carries, if any: it stops the lost-lock
+// watch, stores the outcome when it is final, and releases the lock.
+func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline, succeeded bool) {
+	v, _ := p.Assigned(AssignRun)
+	r, ok := v.(*run)
+	if !ok {
+		return
+	}
+	if r.stop != nil {
+		close(r.stop)
+		<-r.exited
+	}
+	if o, ok := m.outcome(ctx, p, r, succeeded); ok {
+		if err := m.store.SaveOutcome(ctx, r.key, o, m.retention); err != nil {
+			m.logger.LogAttrs(ctx, slog.LevelError, "idempotency outcome not stored: a repeat will run again",
+				slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
+		}
+	}
+	m.release(ctx, p.CommandUUID, r.lock, false)
+	r.cancel(context.Canceled)
+}
+
+// outcome returns the outcome to store for the run r of p, and whether it
+// is final.
+func (m *Middleware) outcome(ctx context.Context, p *middleware.Pipeline, r *run, succeeded bool) (claimstore.Outcome, bool) {
+	err := p.Err()
+	if succeeded || err == nil {
+		res, _ := p.Response()
+		b, err := marshalResult(res)
+		if err != nil {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency outcome not stored: the result cannot be encoded",
+				slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
+			return claimstore.Outcome{}, false
+		}
+		return claimstore.Outcome{Fingerprint: r.fp, Result: b}, true
+	}
+	rej, ok := finalRejection(err)
+	if !ok {
+		return claimstore.Outcome{}, false
+	}
+	return claimstore.Outcome{Fingerprint: r.fp, Err: middleware.MarshalError(rej)}, true
+}
+
+// finalRejection returns the rejection in err's chain when it is a final
+// answer: any code but unavailable, timeout and locked, which say "try
+// again", and not from a panic.
+func finalRejection(err error) (*middleware.Rejection, bool) {
+	var perr *middleware.PanicError
+	var rej *middleware.Rejection
+	if errors.As(err, &perr) || !errors.As(err, &rej) {
+		return nil, false
+	}
+	switch rej.Code {
+	case middleware.CodeUnavailable, middleware.CodeTimeout, middleware.CodeLocked:
+		return nil, false
+	}
+	return rej, true
+}
+
+// marshalResult encodes a result as the bus does. Its MarshalJSON is user
+// code: a panic there is an error.
+func marshalResult(res any) (b []byte, err error) {
+	if perr := middleware.Recover("idempotency result encoder", func() { b, err = json.Marshal(res) }); perr != nil {
+		return nil, perr
+	}
+	return b, err
+}
+
+// release releases lk, logging a failure. detach gives the release a
+// context of its own, bounded by middleware.DefaultReleaseTimeout, for
+// when ctx may be done.
+func (m *Middleware) release(ctx context.Context, commandID string, lk lockstore.Lock, detach bool) {
+	if detach {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), middleware.DefaultReleaseTimeout)
+		defer cancel()
+	}
+	if err := lk.Release(ctx); err != nil {
+		level, msg := slog.LevelWarn, "idempotency lock release failed"
+		if errors.Is(err, lockstore.ErrLockLost) {
+			level, msg = slog.LevelError, "idempotency lock lost while the command ran: a repeat may have run meanwhile"
+		}
+		m.logger.LogAttrs(ctx, level, msg,
+			slog.String("command_id", commandID), slog.String("key", lk.Key().String()), slog.Any("error", err))
+	}
+}
