@@ -12,4 +12,9 @@ var (
 	// key (it also matches lockstore.ErrInvalidKey), an empty owner, a
 	// negative duration, a retention or limit that is not positive.
 	ErrInvalid = claimcheck.ErrInvalid
+
+	// ErrUnavailable is returned by a backend when its database could not
+	// be reached or dropped the connection: the call may be tried again.
+	// It also matches lockstore.ErrUnavailable.
+	ErrUnavailable = claimcheck.ErrUnavailable
 )

@@ -90,3 +90,16 @@ func Purge(ctx context.Context, limit int) error {
 func NotReserved(key lockstore.Key, owner string) error {
 	return fmt.Errorf("%w: %s by %.40q", ErrNotReserved, key, owner)
 }
+
+// ErrUnavailable is the error claimstore exports (see there).
+var ErrUnavailable = fmt.Errorf("claimstore: the store is unavailable: %w", lockstore.ErrUnavailable)
+
+// Micros returns d in whole microseconds, rounded up: a maxLag or a
+// retention is never cut short by a store that counts microseconds.
+func Micros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond > 0 {
+		us++
+	}
+	return us
+}

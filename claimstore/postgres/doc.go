@@ -1,0 +1,54 @@
+// Package postgres is the PostgreSQL backend of claimstore: a Store whose
+// reservations and outcomes live in two tables of one database, so that
+// every node sharing it sees the same ones.
+//
+//	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
+//	if err != nil {
+//		return err
+//	}
+//	store, err := postgres.New(ctx, pool, postgres.Config{})
+//	if err != nil {
+//		return err
+//	}
+//	held, reserved, err := store.Reserve(ctx, key, commandID, time.Minute)
+//
+// # Tables
+//
+// New creates, when missing, the schema Config.Schema (default "claimbus")
+// and in it claim_reservation (namespace, id, owner, confirmed, at; keyed
+// by namespace and id) and claim_outcome (namespace, id, fingerprint,
+// result, err, expires; keyed by namespace and id, indexed by expires).
+// Namespaces and IDs are stored COLLATE "C", so List pages in byte order.
+// A role that may not create them can run a Store once the tables exist.
+//
+// # Clock
+//
+// Every age and expiry is computed by the server's clock (now(), the start
+// of the statement's transaction), never by the nodes', so nodes whose
+// clocks differ agree on them. The server counts microseconds: a maxLag or
+// a retention is rounded up to a whole microsecond.
+//
+// # Statements and batches
+//
+// Every call is one statement, run under the caller's ctx, except that
+// calls of Reserve, Confirm and Cancel made while another call of the same
+// method runs wait and then go together, up to Config.MaxBatch, in one
+// statement over arrays: a storm of claims costs a round trip per batch
+// rather than per claim. A call that finds none running goes at once,
+// alone. A batch runs until the ctx of every one of its callers has ended;
+// a caller whose ctx ends before its batch is sent leaves it, and nothing
+// of its call is written. Two calls on one key never share a batch.
+//
+// Reserve writes in one statement (INSERT ... ON CONFLICT DO UPDATE ...
+// WHERE the value may be taken over) and reads the holders of the rows it
+// did not write in the same statement. Under READ COMMITTED that read may
+// miss a row committed after the statement began; those requests are sent
+// again, in a statement of their own, until each is written or sees its
+// holder. The holder reported may be a version of the row a moment old.
+//
+// # Errors
+//
+// An error of a call whose database could not be reached, or dropped the
+// session, matches claimstore.ErrUnavailable (and
+// lockstore.ErrUnavailable); the driver's error stays wrapped in it.
+package postgres
