@@ -53,10 +53,15 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", n.healthz)
 	mux.HandleFunc("GET /locks", n.locks)
 	mux.HandleFunc("POST /staff", func(w http.ResponseWriter, r *http.Request) {
-		var c commands.CreateStaff
-		if !decodeBody(w, r, &c, false) {
+		var body staffBody
+		if !decodeBody(w, r, &body, false) {
 			return
 		}
+		key, ok := idempotencyHeader(w, r)
+		if !ok {
+			return
+		}
+		c := commands.CreateStaff{StaffID: body.StaffID, Email: body.Email, Name: body.Name, IdempotencyKey: key}
 		n.answerFunc(w, r, func(ctx context.Context) (int, any, error) {
 			s, created, err := n.signUp(ctx, &c)
 			if created {
@@ -233,7 +238,7 @@ func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.R
 // rejectionStatus is the HTTP status of a rejection code.
 func rejectionStatus(code string) int {
 	switch code {
-	case middleware.CodeAlreadyTaken, CodeNotOpen, CodeConflictingReplay:
+	case middleware.CodeAlreadyTaken, CodeNotOpen, CodeConflictingReplay, middleware.CodeIdempotencyConflict:
 		return http.StatusConflict
 	case middleware.CodeInvalid, CodeInsufficientFunds:
 		return http.StatusUnprocessableEntity
