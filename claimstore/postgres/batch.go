@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 )
 
-// batcher coalesces calls into runs of one function over many requests, one
-// run at a time: while a run goes, the calls that arrive queue up, and when
-// it ends the first live caller of the next batch is elected to run that
-// batch. There is no goroutine of its own: every run happens on a caller's
+// batcher coalesces calls into runs of one function over many requests, at
+// most lanes runs at a time: while lanes runs go, the calls that arrive
+// queue up, and when one ends the first live caller of the next batch is
+// elected to run that batch. There is no goroutine of its own: every run happens on a caller's
 // goroutine. An uncontended call runs at once, alone, under its own ctx.
 //
 // Calls whose keys are equal never share a batch: a later one goes to a
@@ -20,11 +20,12 @@ type batcher[Req, Res any] struct {
 	run func(ctx context.Context, reqs []Req) ([]Res, error)
 	// key names a request's row; nil when requests may share a batch
 	// whatever their rows.
-	key func(Req) string
-	max int // the most requests in one batch
+	key   func(Req) string
+	max   int // the most requests in one batch
+	lanes int // the most runs at once
 
 	mu      sync.Mutex
-	busy    bool               // a run goes (or a caller was elected to start one)
+	running int                // runs going (or callers elected to start one)
 	pending []*batch[Req, Res] // the batches waiting, in order
 }
 
@@ -44,8 +45,8 @@ type call[Req, Res any] struct {
 	done  chan struct{} // closed when res and err are set
 }
 
-func newBatcher[Req, Res any](max int, key func(Req) string, run func(context.Context, []Req) ([]Res, error)) *batcher[Req, Res] {
-	return &batcher[Req, Res]{run: run, key: key, max: max}
+func newBatcher[Req, Res any](max, lanes int, key func(Req) string, run func(context.Context, []Req) ([]Res, error)) *batcher[Req, Res] {
+	return &batcher[Req, Res]{run: run, key: key, max: max, lanes: lanes}
 }
 
 // do answers req, in a batch with whatever calls are queued beside it.
@@ -57,8 +58,9 @@ func newBatcher[Req, Res any](max int, key func(Req) string, run func(context.Co
 func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	c := &call[Req, Res]{ctx: ctx, req: req}
 	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
+	if b.running < b.lanes {
+		// Then nothing is pending: calls queue only while every lane runs.
+		b.running++
 		b.mu.Unlock()
 		c.batch = &batch[Req, Res]{calls: []*call[Req, Res]{c}, started: true}
 		b.execute(c.batch)
@@ -171,7 +173,7 @@ func (b *batcher[Req, Res]) execute(bt *batch[Req, Res]) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.pending) == 0 {
-		b.busy = false
+		b.running--
 		return
 	}
 	next := b.pending[0]

@@ -57,7 +57,7 @@ func waitQueued[Req, Res any](t *testing.T, b *batcher[Req, Res], n int) {
 func TestBatcherCoalescesAndSplitsDuplicates(t *testing.T) {
 	t.Parallel()
 	g := newGatedRun()
-	b := newBatcher(3, func(s string) string { return s[:1] }, g.run)
+	b := newBatcher(3, 1, func(s string) string { return s[:1] }, g.run)
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	answers := make([]string, 6)
@@ -82,20 +82,44 @@ func TestBatcherCoalescesAndSplitsDuplicates(t *testing.T) {
 		require.Equal(t, "answer "+req, answers[i])
 	}
 	require.Equal(t, [][]string{{"a0"}, {"b1", "c2", "d4"}, {"b3", "e5"}}, g.batches)
-	require.False(t, b.busy, "idle once every batch ran")
+	require.Zero(t, b.running, "idle once every batch ran")
+}
+
+// runningBatcher returns a batcher of lanes lanes on a gatedRun, with a
+// call "first" in each lane, running; wg waits for them.
+func runningBatcher(t *testing.T, lanes int) (*gatedRun, *batcher[string, string], *sync.WaitGroup) {
+	g := newGatedRun()
+	b := newBatcher(10, lanes, nil, g.run)
+	wg := new(sync.WaitGroup)
+	for range lanes {
+		wg.Go(func() {
+			_, err := b.do(t.Context(), "first")
+			require.NoError(t, err)
+		})
+		<-g.started
+	}
+	return g, b, wg
+}
+
+func TestBatcherLanes(t *testing.T) {
+	t.Parallel()
+	g, b, wg := runningBatcher(t, 2) // two calls run at once, alone
+	wg.Go(func() {
+		res, err := b.do(t.Context(), "third")
+		require.NoError(t, err)
+		require.Equal(t, "answer third", res)
+	})
+	waitQueued(t, b, 1) // the third waits for a lane
+	close(g.release)
+	wg.Wait()
+	require.Equal(t, [][]string{{"first"}, {"first"}, {"third"}}, g.batches)
+	require.Zero(t, b.running)
 }
 
 func TestBatcherCallerLeavesBeforeItsBatchStarts(t *testing.T) {
 	t.Parallel()
-	g := newGatedRun()
-	b := newBatcher(10, nil, g.run)
+	g, b, wg := runningBatcher(t, 1)
 	ctx := t.Context()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, err := b.do(ctx, "first")
-		require.NoError(t, err)
-	})
-	<-g.started
 	gone, cancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { _, err := b.do(gone, "gone"); left <- err }()
@@ -116,15 +140,8 @@ func TestBatcherCallerLeavesBeforeItsBatchStarts(t *testing.T) {
 
 func TestBatcherBatchEndsWhenEveryCallerIsGone(t *testing.T) {
 	t.Parallel()
-	g := newGatedRun()
-	b := newBatcher(10, nil, g.run)
+	g, b, wg := runningBatcher(t, 1)
 	ctx := t.Context()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, err := b.do(ctx, "first")
-		require.NoError(t, err)
-	})
-	<-g.started
 	// Two callers queue; the batch they share starts, then both go away.
 	ctxs := make([]context.CancelFunc, 2)
 	errs := make(chan error, 2)
@@ -148,6 +165,6 @@ func TestBatcherBatchEndsWhenEveryCallerIsGone(t *testing.T) {
 	require.Eventually(t, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return !b.busy
+		return b.running == 0
 	}, 10*time.Second, time.Millisecond)
 }

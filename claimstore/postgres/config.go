@@ -17,6 +17,10 @@ const (
 	DefaultMaxBatch = 256
 	// MaxBatchLimit bounds Config.MaxBatch.
 	MaxBatchLimit = 4096
+	// DefaultBatchLanes is the default of Config.BatchLanes.
+	DefaultBatchLanes = 1
+	// MaxBatchLanes bounds Config.BatchLanes.
+	MaxBatchLanes = 64
 
 	// maxIdentifierLen is PostgreSQL's NAMEDATALEN - 1.
 	maxIdentifierLen = 63
@@ -33,6 +37,13 @@ type Config struct {
 	// statement carries (calls that arrive while a statement runs wait and
 	// go together in the next one). Default 256, at most 4096.
 	MaxBatch int
+
+	// BatchLanes is how many statements of one method (Reserve, Confirm,
+	// Cancel) run at once, each on a pooled connection; the calls that
+	// arrive while every lane runs wait for the next free one, in batches.
+	// More lanes cut the wait behind a slow statement, fewer make larger
+	// batches and less work for the server. Default 1, at most 64.
+	BatchLanes int
 }
 
 // Validate reports every problem of c at once, joined with errors.Join.
@@ -44,6 +55,9 @@ func (c Config) Validate() error {
 	if c.MaxBatch < 0 || c.MaxBatch > MaxBatchLimit {
 		errs = append(errs, fmt.Errorf("postgres: Config.MaxBatch is %d, want 0 (default %d) to %d", c.MaxBatch, DefaultMaxBatch, MaxBatchLimit))
 	}
+	if c.BatchLanes < 0 || c.BatchLanes > MaxBatchLanes {
+		errs = append(errs, fmt.Errorf("postgres: Config.BatchLanes is %d, want 0 (default %d) to %d", c.BatchLanes, DefaultBatchLanes, MaxBatchLanes))
+	}
 	return errors.Join(errs...)
 }
 
@@ -51,5 +65,6 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	c.Schema = cmp.Or(c.Schema, DefaultSchema)
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.BatchLanes = cmp.Or(c.BatchLanes, DefaultBatchLanes)
 	return c
 }

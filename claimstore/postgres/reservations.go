@@ -67,7 +67,8 @@ func (s *Store) reserveSQL() string {
 		floor(extract(epoch FROM now() - cur.at) * 1000000)::int8
 	FROM req
 	LEFT JOIN ins ON ins.namespace = req.namespace AND ins.id = req.id
-	LEFT JOIN ` + s.reservations + ` cur ON ins.id IS NULL AND cur.namespace = req.namespace AND cur.id = req.id`
+	LEFT JOIN LATERAL (SELECT c.owner, c.confirmed, c.at FROM ` + s.reservations + ` c
+		WHERE ins.id IS NULL AND c.namespace = req.namespace AND c.id = req.id) cur ON true`
 }
 
 // reserveBatch answers a batch of Reserve calls, in as many statements as

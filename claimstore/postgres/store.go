@@ -61,9 +61,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		reservations: pgx.Identifier{cfg.Schema, reservationTable}.Sanitize(),
 		outcomes:     pgx.Identifier{cfg.Schema, outcomeTable}.Sanitize(),
 	}
-	s.reserve = newBatcher(cfg.MaxBatch, reserveReq.rowKey, s.reserveBatch)
-	s.confirm = newBatcher(cfg.MaxBatch, nil, s.confirmBatch)
-	s.cancel = newBatcher(cfg.MaxBatch, nil, s.cancelBatch)
+	s.reserve = newBatcher(cfg.MaxBatch, cfg.BatchLanes, reserveReq.rowKey, s.reserveBatch)
+	s.confirm = newBatcher(cfg.MaxBatch, cfg.BatchLanes, nil, s.confirmBatch)
+	s.cancel = newBatcher(cfg.MaxBatch, cfg.BatchLanes, nil, s.cancelBatch)
 	if err := s.createSchema(ctx); err != nil {
 		return nil, s.fail(ctx, "New: create schema "+cfg.Schema+" and its tables", err)
 	}

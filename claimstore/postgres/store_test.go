@@ -17,7 +17,7 @@ func newStore(t testing.TB, dsn string, cfg postgres.Config) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := postgres.New(ctx, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8}), cfg)
+	s, err := postgres.New(ctx, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: benchPoolConns}), cfg)
 	require.NoError(t, err)
 	return s
 }

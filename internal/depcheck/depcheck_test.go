@@ -9,14 +9,16 @@ import (
 )
 
 // heavy are the import path fragments of dependencies that only the backend
-// subpackages (lockstore/postgres, lockstore/sqlite, bus/sqltransport,
-// bus/natstransport) may pull in.
+// subpackages (lockstore/postgres, lockstore/sqlite, claimstore/postgres,
+// claimstore/sqlite, bus/sqltransport, bus/natstransport) may pull in.
 var heavy = []string{"pgx", "sqlite", "modernc.org", "watermill-sql", "lib/pq", "nats"}
 
 // light are the packages whose dependency graph must contain none of them:
 // a user of the memory store and GoChannel never compiles a backend.
 var light = []string{
 	"github.com/claimbus/claimbus/lockstore",
+	"github.com/claimbus/claimbus/claimstore",
+	"github.com/claimbus/claimbus/claimstore/claimstoretest",
 	"github.com/claimbus/claimbus/middleware",
 	"github.com/claimbus/claimbus/uniqueness",
 	"github.com/claimbus/claimbus/idempotency",

@@ -1,0 +1,24 @@
+package sqlite
+
+import "time"
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// Now is the store's clock, for reservation ages and outcome
+	// retention (see the package documentation for why it is the
+	// process's). Default: time.Now. Tests inject a clock they move by
+	// hand.
+	Now func() time.Time
+}
+
+// Validate reports every problem of c at once. Every Config is valid
+// today; it is here so that callers validate configs the same way for
+// every backend.
+func (c Config) Validate() error { return nil }
+
+func (c Config) withDefaults() Config {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

@@ -1,0 +1,9 @@
+package sqlite
+
+import "errors"
+
+// ErrUnsuitableDB is returned by New for a *sql.DB the store cannot work
+// on: not modernc.org/sqlite's driver, or connections without a busy
+// timeout (whose writes fail at once while another connection writes).
+// lockstore/sqlite.DSN returns a connection string that suits.
+var ErrUnsuitableDB = errors.New("sqlite: unsuitable database handle")

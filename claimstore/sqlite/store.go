@@ -1,0 +1,120 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/claimbus/claimbus/claimstore"
+)
+
+// Store is a claimstore.Store on two tables of a SQLite database file. It
+// is safe for concurrent use; it starts no goroutine and needs no Close.
+// The Store does not own its *sql.DB.
+type Store struct {
+	db  *sql.DB
+	now func() time.Time
+	// gate lets one write statement of the store run at a time: SQLite has
+	// one writer, so the others wait here in Go (until their ctx ends)
+	// rather than polling in SQLite's busy handler. Writers of other
+	// stores and processes are waited for by the busy timeout.
+	gate chan struct{}
+}
+
+var _ claimstore.Store = (*Store)(nil)
+
+// schemaSQL creates the tables. IDs sort in byte order (SQLite's BINARY
+// collation), which List pages by. Times are Unix nanoseconds.
+var schemaSQL = []string{
+	`CREATE TABLE IF NOT EXISTS claimbus_reservation (
+		namespace TEXT NOT NULL,
+		id TEXT NOT NULL,
+		owner TEXT NOT NULL,
+		confirmed INTEGER NOT NULL,
+		at INTEGER NOT NULL,
+		PRIMARY KEY (namespace, id)) WITHOUT ROWID`,
+	`CREATE TABLE IF NOT EXISTS claimbus_outcome (
+		namespace TEXT NOT NULL,
+		id TEXT NOT NULL,
+		fingerprint BLOB,
+		result BLOB,
+		err BLOB,
+		expires INTEGER NOT NULL,
+		PRIMARY KEY (namespace, id)) WITHOUT ROWID`,
+	`CREATE INDEX IF NOT EXISTS claimbus_outcome_expires ON claimbus_outcome (expires)`,
+}
+
+// New returns a store on db, a modernc.org/sqlite handle (see
+// lockstore/sqlite.DSN for a connection string that suits). It fails with
+// an error matching ErrUnsuitableDB when db is another driver's or its
+// connections have no busy timeout. It creates the tables
+// claimbus_reservation and claimbus_outcome unless they exist; ctx bounds
+// that.
+func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlite: New: nil *sql.DB")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, ok := db.Driver().(*sqlite.Driver); !ok {
+		return nil, fmt.Errorf("%w: the driver is %T, not modernc.org/sqlite's", ErrUnsuitableDB, db.Driver())
+	}
+	var busyTimeout int64
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busyTimeout); err != nil {
+		return nil, fail("New: read busy_timeout", err)
+	}
+	if busyTimeout <= 0 {
+		return nil, fmt.Errorf("%w: no busy timeout, so a write would fail at once while another connection writes: "+
+			"add _busy_timeout=<ms> to the DSN (see lockstore/sqlite.DSN)", ErrUnsuitableDB)
+	}
+	for _, q := range schemaSQL {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return nil, fail("New: create the tables", err)
+		}
+	}
+	cfg = cfg.withDefaults()
+	return &Store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil
+}
+
+// write runs f, a write statement, alone among the store's writes.
+func (s *Store) write(ctx context.Context, f func() error) error {
+	select {
+	case s.gate <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.gate }()
+	return f()
+}
+
+// nowNanos reads the store's clock.
+func (s *Store) nowNanos() int64 { return s.now().UnixNano() }
+
+// after returns t + d in nanoseconds, saturated at the end of time.
+func after(t int64, d time.Duration) int64 {
+	if int64(d) > math.MaxInt64-t {
+		return math.MaxInt64
+	}
+	return t + int64(d)
+}
+
+// fail wraps err, from a statement of op: it matches
+// claimstore.ErrUnavailable when the database stayed locked past the busy
+// timeout (SQLITE_BUSY) or could not be opened.
+func fail(op string, err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR:
+			return fmt.Errorf("sqlite: %s: %w: %w", op, claimstore.ErrUnavailable, err)
+		}
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
