@@ -10,6 +10,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/claimbus/claimbus/claimstore"
+	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
@@ -28,9 +29,8 @@ func (b sqliteBackend) Name() string             { return "sqlite" }
 
 func (b sqliteBackend) Ping(ctx context.Context) error { return b.store.DB().PingContext(ctx) }
 
-// TODO(h-cspg): claimstore/sqlite on the store's database, once it lands.
-func (b sqliteBackend) claims(context.Context) (claimstore.Store, error) {
-	return claimstore.NewMemory(claimstore.MemoryConfig{}), nil
+func (b sqliteBackend) claims(ctx context.Context) (claimstore.Store, error) {
+	return cssqlite.New(ctx, b.store.DB(), cssqlite.Config{})
 }
 
 func (b sqliteBackend) db() querier { return sqlQuerier{b.store.DB()} }

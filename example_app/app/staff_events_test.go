@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	cspg "github.com/claimbus/claimbus/claimstore/postgres"
+	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
 	"github.com/claimbus/claimbus/example_app/app"
 	"github.com/claimbus/claimbus/internal/pgtest"
 )
@@ -100,6 +102,7 @@ func TestEventsStormTwoNodes(t *testing.T) {
 			dsn := pgtest.DSN(t)
 			a, aURL := pgNode(t, dsn, "pg-a", "inprocess", eventsConfig(!reserve))
 			b, bURL := pgNode(t, dsn, "pg-b", "inprocess", eventsConfig(!reserve))
+			require.IsType(t, &cspg.Store{}, a.Claims(), "the reservations are durable, shared in the database")
 			statuses := signUpStorm(t, []string{aURL, bURL}, emails, copies)
 			ctx := t.Context()
 			require.NoError(t, a.WaitProjected(ctx))
@@ -141,6 +144,7 @@ func TestEventsModelSQLite(t *testing.T) {
 	t.Parallel()
 	node, _, url := sqliteNode(t, eventsConfig(false))
 	require.Equal(t, app.StaffEvents, node.StaffModel())
+	require.IsType(t, &cssqlite.Store{}, node.Claims(), "the reservations are durable, in the node's database")
 	first := postStaff(t, url, "", `{"staff_id":"s-1","email":"Ann@Example.org","name":"Ann"}`)
 	require.Equal(t, http.StatusCreated, first.status, "%s", first.raw)
 	require.JSONEq(t, `{"staff_id":"s-1","email":"ann@example.org","name":"Ann"}`, string(first.raw))
