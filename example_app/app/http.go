@@ -17,7 +17,7 @@ const healthTimeout = 2 * time.Second
 
 // Handler returns the node's HTTP API (JSON in, JSON out):
 //
-//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay)
+//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay; Idempotency-Key header: every repeat gets the first answer)
 //	GET  /staff/{id}                                                    200 Staff
 //	GET  /staff?email=X                                                 200 [Staff] (at most one)
 //	POST /wallets                   {wallet_id, currency, balance}      201 Wallet (set-up)
@@ -38,9 +38,9 @@ const healthTimeout = 2 * time.Second
 // still answer.
 //
 // Every answer is JSON. A failure is {"code": ..., "field": ..., "message":
-// ...}, the field when one is at fault: already_taken, not_open and
-// conflicting_replay 409, invalid and insufficient_funds 422, locked 423,
-// not_found 404, unavailable 503 (with Retry-After), timeout 504; a
+// ...}, the field when one is at fault: already_taken, not_open,
+// conflicting_replay and idempotency_conflict 409, invalid and
+// insufficient_funds 422, locked 423, not_found 404, unavailable 503 (with Retry-After), timeout 504; a
 // request the API does not understand is 400 bad_request (a body that is
 // not exactly one JSON object of the route's fields, in UTF-8; a path id
 // that is not an id; a bad query), 413 too_large, 404 not_found (no such
