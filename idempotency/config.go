@@ -74,13 +74,22 @@ type Config struct {
 	// command types never share a key. With the command name it must fit
 	// lockstore.MaxNamespaceLen. Default DefaultNamespace.
 	Namespace string
-	// Fingerprint identifies a command's payload. Default SHA256JSON.
+	// Fingerprint identifies a command's payload. Default SHA256JSON,
+	// which covers every field: a command carrying a value that differs
+	// from send to send (a timestamp) needs a function that leaves it out,
+	// or every repeat is a conflict.
 	Fingerprint FingerprintFunc
 	// LockTimeout bounds the wait of a command for the run of its key
 	// ahead of it (a concurrent repeat); past it the command halts with a
 	// timeout rejection, and the sender may try again. Default
 	// DefaultLockTimeout.
 	LockTimeout time.Duration
+	// ReadFirst reads a command's stored outcome before taking its key's
+	// lock: a later repeat is then answered by one read of the Store,
+	// without a lock call, and a new key costs one more read (the read
+	// under the lock stays, as a run may end between the two). Default
+	// false: the lock first, for commands that mostly come once.
+	ReadFirst bool
 	// PurgeBatch is how many expired outcomes Purge deletes per call of
 	// Store.PurgeOutcomes. Default DefaultPurgeBatch.
 	PurgeBatch int

@@ -75,8 +75,12 @@
 //
 // # Cost
 //
-// A command with a new key takes one lock, reads the store once, and
-// writes its outcome once; a repeat takes the lock and reads the store.
-// On lockstore/postgres a lock is a batched round trip on a shared lock
-// connection, and the store's read and write one statement each.
+// A command with a new key costs four calls to the backends: the lock,
+// the store's read, its write, and the unlock; a repeat three: the lock,
+// the read, the unlock (BenchmarkPostgres counts them). With
+// Config.ReadFirst a repeat costs one read and no lock call, and a new key
+// five calls (a read before the lock). On
+// lockstore/postgres a lock and an unlock are a round trip each on a
+// shared lock connection, and on a database store the read and the write
+// one statement each.
 package idempotency

@@ -47,8 +47,10 @@ func payKey(p *middleware.Pipeline) string {
 // env is the shared state of the nodes of one test: one Locker, one Store,
 // one clock for the Store, and the handler's run counter.
 type env struct {
-	t      *testing.T
-	locker *lockstore.Memory
+	t *testing.T
+	// locker is the Locker of the nodes: mem, unless a test gives another.
+	locker lockstore.Locker
+	mem    *lockstore.Memory
 	clock  *lockstoretest.Clock
 	store  *claimstore.Memory
 	runs   atomic.Int64
@@ -62,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, locker.Close()) })
 	clock := lockstoretest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	return &env{t: t, locker: locker, clock: clock, store: claimstore.NewMemory(claimstore.MemoryConfig{Now: clock.Now})}
+	return &env{t: t, locker: locker, mem: locker, clock: clock, store: claimstore.NewMemory(claimstore.MemoryConfig{Now: clock.Now})}
 }
 
 // config is the middleware's configuration on e, with payKey.
@@ -204,4 +206,51 @@ func (f *faultyStore) counts() (lookups, saves, purges int) {
 func marshal(res any) (string, error) {
 	b, err := json.Marshal(res)
 	return string(b), err
+}
+
+// requireRunsAgain pays Pay{Key: "k", Amount: 5} on b, whose first run
+// stored nothing (why says why), and checks that the handler ran a second
+// time; it returns the answer.
+func requireRunsAgain(t *testing.T, b *bus.Bus, why string) Receipt {
+	t.Helper()
+	r, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.NoError(t, err, "%s: the retry runs again", why)
+	require.Equal(t, Receipt{Amount: 5, Run: 2}, r, "%s: the retry runs again", why)
+	return r
+}
+
+// countingLocker counts the calls that reach the database through a
+// Locker: each TryLock, Lock and Release is one statement of the
+// PostgreSQL store.
+type countingLocker struct {
+	lockstore.Locker
+	calls atomic.Int64
+}
+
+func (c *countingLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return c.count(c.Locker.TryLock(ctx, key))
+}
+
+func (c *countingLocker) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	return c.count(c.Locker.Lock(ctx, key))
+}
+
+// count counts a lock call that returned lk, err, and wraps lk so that its
+// Release is counted.
+func (c *countingLocker) count(lk lockstore.Lock, err error) (lockstore.Lock, error) {
+	c.calls.Add(1)
+	if err != nil {
+		return nil, err
+	}
+	return &countingLock{Lock: lk, calls: &c.calls}, nil
+}
+
+type countingLock struct {
+	lockstore.Lock
+	calls *atomic.Int64
+}
+
+func (l *countingLock) Release(ctx context.Context) error {
+	l.calls.Add(1)
+	return l.Lock.Release(ctx)
 }

@@ -3,9 +3,9 @@ package idempotency_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/claimbus/claimbus/internal/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain checks for leaked goroutines and stops the throwaway PostgreSQL
+// cluster of the PostgreSQL tests, if one was started.
+func TestMain(m *testing.M) { pgtest.Main(m) }

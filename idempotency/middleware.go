@@ -34,6 +34,7 @@ type Middleware struct {
 	fingerprint FingerprintFunc
 	timeout     time.Duration
 	batch       int
+	readFirst   bool
 	logger      *slog.Logger
 
 	namespaces sync.Map // command name → record namespace
@@ -62,6 +63,7 @@ func New(cfg Config) (*Middleware, error) {
 		fingerprint: fingerprint,
 		timeout:     cmp.Or(cfg.LockTimeout, DefaultLockTimeout),
 		batch:       cmp.Or(cfg.PurgeBatch, DefaultPurgeBatch),
+		readFirst:   cfg.ReadFirst,
 		logger:      cmp.Or(cfg.Logger, slog.Default()),
 	}, nil
 }
@@ -110,9 +112,15 @@ func (m *Middleware) namespaceOf(p *middleware.Pipeline) string {
 //     ErrLockLost as its cause, when the lock is lost while it runs;
 //   - one for the same payload (fingerprint): the command halts with the
 //     stored answer, releasing the lock: the stored rejection, or the
-//     stored result as the response with a nil error;
+//     stored result as the response with a nil error (a json.RawMessage:
+//     the bus sends it as the first run's result was sent, so
+//     bus.Dispatch decodes both alike; a caller of a bare Runner gets the
+//     raw JSON);
 //   - one for another payload: it halts with a rejection matching
 //     middleware.ErrIdempotencyConflict.
+//
+// With Config.ReadFirst it reads the outcome first, and takes the lock only
+// when there is none.
 //
 // It also halts with a rejection matching middleware.ErrInvalid when the
 // key is too long or the command cannot be fingerprinted, ErrTimeout when
@@ -126,14 +134,16 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		return
 	}
 	if err := key.Validate(); err != nil {
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
-			"the idempotency key cannot be used: longer than %d bytes or not UTF-8", lockstore.MaxIDLen), err))
+		p.Halt(invalidKey(err))
 		return
 	}
 	fp, err := m.fingerprintOf(p.Command)
 	if err != nil {
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
 			"the command cannot be fingerprinted for its idempotency key"), err))
+		return
+	}
+	if m.readFirst && m.answered(ctx, p, key, fp) {
 		return
 	}
 	lk, err := m.lock(ctx, key)
@@ -165,6 +175,18 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	p.Assign(AssignRun, r)
 }
 
+// answered reads key's outcome before the lock (Config.ReadFirst) and,
+// when there is one, halts the command with it and reports true. A failed
+// read is left to the read under the lock.
+func (m *Middleware) answered(ctx context.Context, p *middleware.Pipeline, key lockstore.Key, fp []byte) bool {
+	o, found, err := m.store.Outcome(ctx, key)
+	if err != nil || !found {
+		return false
+	}
+	answer(p, o, fp)
+	return true
+}
+
 // fingerprintOf calls the fingerprint function, which is user code: its
 // panic is an error.
 func (m *Middleware) fingerprintOf(cmd any) (fp []byte, err error) {
@@ -194,12 +216,19 @@ func (m *Middleware) haltLock(ctx context.Context, p *middleware.Pipeline, err e
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeTimeout, "",
 			"waited more than %v for the run of this idempotency key ahead of this one, try again", m.timeout), err))
 	case errors.Is(err, lockstore.ErrInvalidKey):
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
-			"the idempotency key cannot be used: too long or not UTF-8"), err))
+		p.Halt(invalidKey(err))
 	default:
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "",
 			"cannot take the idempotency key now, try again"), err))
 	}
+}
+
+// invalidKey is the halt reason of a command whose key the Locker cannot
+// take (err says why).
+func invalidKey(err error) error {
+	return fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
+		"the idempotency key cannot be used: longer than %d bytes (%d with the command name) or not UTF-8",
+		lockstore.MaxIDLen, lockstore.MaxNamespaceLen), err)
 }
 
 // answer halts a repeat with the stored outcome o of its key; fp is the
@@ -241,23 +270,21 @@ func (r *run) watch(lost <-chan struct{}) {
 }
 
 // AfterDispatch stores the command's response as its key's outcome, then
-// releases the key.
-func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) {
-	m.finish(ctx, p, true)
-}
+// releases the key. Should a later after hook have failed the command (a
+// panic), its error is what the sender gets, and it is not stored.
+func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) { m.finish(ctx, p) }
 
 // AfterFailure stores the command's outcome when it is a final answer (a
 // command halted with a nil error by a later hook, or a rejection other
 // than unavailable, timeout and locked), then releases the key. A
 // transient failure (those rejections, a handler's plain error, a panic, a
 // done context) is not stored: a retry runs again.
-func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
-	m.finish(ctx, p, false)
-}
+func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) { m.finish(ctx, p) }
 
 // finish ends the first run p carries, if any: it stops the lost-lock
-// watch, stores the outcome when it is final, and releases the lock.
-func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline, succeeded bool) {
+// watch, stores the outcome when it is final (the answer the sender gets),
+// and releases the lock.
+func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline) {
 	v, _ := p.Assigned(AssignRun)
 	r, ok := v.(*run)
 	if !ok {
@@ -267,7 +294,7 @@ func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline, succeed
 		close(r.stop)
 		<-r.exited
 	}
-	if o, ok := m.outcome(ctx, p, r, succeeded); ok {
+	if o, ok := m.outcome(ctx, p, r); ok {
 		if err := m.store.SaveOutcome(ctx, r.key, o, m.retention); err != nil {
 			m.logger.LogAttrs(ctx, slog.LevelError, "idempotency outcome not stored: a repeat will run again",
 				slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
@@ -279,9 +306,9 @@ func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline, succeed
 
 // outcome returns the outcome to store for the run r of p, and whether it
 // is final.
-func (m *Middleware) outcome(ctx context.Context, p *middleware.Pipeline, r *run, succeeded bool) (claimstore.Outcome, bool) {
+func (m *Middleware) outcome(ctx context.Context, p *middleware.Pipeline, r *run) (claimstore.Outcome, bool) {
 	err := p.Err()
-	if succeeded || err == nil {
+	if err == nil {
 		res, _ := p.Response()
 		b, err := marshalResult(res)
 		if err != nil {

@@ -21,17 +21,15 @@ import (
 )
 
 // repeatStorm sends n concurrent Pays with one key, spread over the buses,
-// and checks the handler ran once and every sender got its answer. The
-// handler holds the first run until every other repeat waits for the lock
-// (or, were the lock missing, until all n ran the handler), so the repeats
-// are concurrent with the first run, not after it.
-func repeatStorm(t *testing.T, e *env, n int, buses ...*bus.Bus) {
+// and checks the handler ran once and every sender got its answer. front
+// is a counter placed before the idempotency middleware on every bus: the
+// handler holds the first run until all n commands entered their
+// pipelines, so the repeats are concurrent with the first run, not after
+// it (were the lock missing, all n would be in the handler by then).
+func repeatStorm(t *testing.T, e *env, n int, front *counter, buses ...*bus.Bus) {
 	t.Helper()
-	key := payKeyOf("storm")
 	e.gate = func(context.Context, *Pay) error {
-		eventually(t, "the repeats waiting for the first run", func() bool {
-			return e.locker.Waiting(key) == n-1 || e.runs.Load() == int64(n)
-		})
+		eventually(t, "every repeat in its pipeline", func() bool { return front.before.Load() == int64(n) })
 		return nil
 	}
 	receipts := make([]Receipt, n)
@@ -58,18 +56,53 @@ func TestConcurrentRepeatsRunOnce(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			repeatStorm(t, e, 100, e.node(tr.cfg(t), e.middleware(e.config())))
+			front := &counter{}
+			repeatStorm(t, e, 100, front, e.node(tr.cfg(t), front, e.middleware(e.config())))
 		})
 	}
 }
 
 func TestConcurrentRepeatsOverTwoNodesRunOnce(t *testing.T) {
 	t.Parallel()
+	for _, readFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lock first", true: "read first"}[readFirst], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := e.config()
+			cfg.ReadFirst = readFirst
+			// Two buses sharing one Locker and one Store are two nodes.
+			front := &counter{}
+			a := e.node(bus.Config{}, front, e.middleware(cfg))
+			b := e.node(bus.Config{}, front, e.middleware(cfg))
+			repeatStorm(t, e, 100, front, a, b)
+		})
+	}
+}
+
+func TestReadFirstAnswersARepeatWithoutTheLock(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	// Two buses sharing one Locker and one Store are two nodes.
-	a := e.node(bus.Config{}, e.middleware(e.config()))
-	b := e.node(bus.Config{}, e.middleware(e.config()))
-	repeatStorm(t, e, 100, a, b)
+	locker := &countingLocker{Locker: e.mem}
+	store := &faultyStore{Outcomes: e.store}
+	cfg := e.config()
+	cfg.Locker, cfg.Store, cfg.ReadFirst = locker, store, true
+	b := e.node(bus.Config{}, e.middleware(cfg))
+	first, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.NoError(t, err)
+	lookups, saves, _ := store.counts()
+	require.EqualValues(t, 2, locker.calls.Load(), "a new key: lock and unlock")
+	require.Equal(t, []int{2, 1}, []int{lookups, saves}, "a new key: a read before the lock, one under it, and the write")
+
+	again, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	lookups, _, _ = store.counts()
+	require.EqualValues(t, 2, locker.calls.Load(), "the repeat called the Locker")
+	require.Equal(t, 3, lookups, "the repeat: one read")
+
+	_, err = pay(t, b, Pay{Key: "k", Amount: 6})
+	require.ErrorIs(t, err, middleware.ErrIdempotencyConflict)
+	require.EqualValues(t, 1, e.runs.Load())
 }
 
 func TestLaterRepeatGetsTheStoredResultWithoutLaterHooks(t *testing.T) {
@@ -167,10 +200,9 @@ func TestTransientFailureIsNotStored(t *testing.T) {
 			_, err := pay(t, b, Pay{Key: "k", Amount: 5})
 			require.Error(t, err)
 
-			// The retry, with the same payload, runs again.
-			retry, err := pay(t, b, Pay{Key: "k", Amount: 5})
-			require.NoError(t, err)
-			require.Equal(t, Receipt{Amount: 5, Run: 2}, retry)
+			// The retry, with the same payload, runs again, and its
+			// answer is stored.
+			retry := requireRunsAgain(t, b, "a transient failure")
 			again, err := pay(t, b, Pay{Key: "k", Amount: 5})
 			require.NoError(t, err)
 			require.Equal(t, retry, again)
@@ -190,12 +222,10 @@ func TestPanicIsNotStored(t *testing.T) {
 		}
 		return nil
 	}
-	b := e.node(bus.Config{HandlerConcurrency: 1}, e.middleware(e.config()))
+	b := e.node(bus.Config{}, e.middleware(e.config()))
 	_, err := pay(t, b, Pay{Key: "k", Amount: 5})
 	require.Error(t, err)
-	retry, err := pay(t, b, Pay{Key: "k", Amount: 5})
-	require.NoError(t, err)
-	require.Equal(t, Receipt{Amount: 5, Run: 2}, retry)
+	requireRunsAgain(t, b, "a panic is not stored")
 }
 
 func TestRetentionExpiryRunsTheKeyAgain(t *testing.T) {
@@ -225,7 +255,7 @@ func TestCommandWithoutKeyPassesThrough(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 2, e.runs.Load())
-	require.Zero(t, e.locker.Len())
+	require.Zero(t, e.mem.Len())
 }
 
 func TestTwoCommandTypesNeverShareAKey(t *testing.T) {
@@ -301,7 +331,7 @@ func TestLookupFailureIsUnavailableAndReleasesTheKey(t *testing.T) {
 	require.ErrorIs(t, err, middleware.ErrUnavailable)
 	require.NotContains(t, err.Error(), "database down", "the cause crossed the wire")
 	require.Zero(t, e.runs.Load())
-	require.Zero(t, e.locker.Len(), "the key is still locked")
+	require.Zero(t, e.mem.Len(), "the key is still locked")
 
 	// The cause is kept beside the rejection, for the node's own logs.
 	r, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{e.middleware(cfg)}})
@@ -328,12 +358,9 @@ func TestFailedSaveIsLoggedAndTheAnswerUnchanged(t *testing.T) {
 	require.Contains(t, logs.String(), "command_id=")
 	require.Contains(t, logs.String(), "key="+payKeyOf("k").String())
 	require.Contains(t, logs.String(), "disk full")
-	require.Zero(t, e.locker.Len(), "the key is still locked")
+	require.Zero(t, e.mem.Len(), "the key is still locked")
 
-	// Nothing stored: the repeat runs again.
-	again, err := pay(t, b, Pay{Key: "k", Amount: 5})
-	require.NoError(t, err)
-	require.EqualValues(t, 2, again.Run)
+	requireRunsAgain(t, b, "nothing stored")
 }
 
 func TestLockWaitPastTheTimeoutIsATimeout(t *testing.T) {
@@ -342,7 +369,7 @@ func TestLockWaitPastTheTimeoutIsATimeout(t *testing.T) {
 	cfg := e.config()
 	cfg.LockTimeout = 20 * time.Millisecond
 	b := e.node(bus.Config{}, e.middleware(cfg))
-	lk, err := e.locker.TryLock(context.Background(), payKeyOf("k"))
+	lk, err := e.mem.TryLock(context.Background(), payKeyOf("k"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, lk.Release(context.Background())) }()
 	_, err = pay(t, b, Pay{Key: "k", Amount: 5})
@@ -354,7 +381,7 @@ func TestLockWaitEndsWithTheSendersContext(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	b := e.node(bus.Config{}, e.middleware(e.config()))
-	lk, err := e.locker.TryLock(context.Background(), payKeyOf("k"))
+	lk, err := e.mem.TryLock(context.Background(), payKeyOf("k"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, lk.Release(context.Background())) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -364,7 +391,7 @@ func TestLockWaitEndsWithTheSendersContext(t *testing.T) {
 	// came first.
 	require.Error(t, err)
 	require.Regexp(t, "deadline exceeded|canceled", err.Error())
-	eventually(t, "the waiter gone", func() bool { return e.locker.Waiting(payKeyOf("k")) == 0 })
+	eventually(t, "the waiter gone", func() bool { return e.mem.Waiting(payKeyOf("k")) == 0 })
 	require.Zero(t, e.runs.Load())
 }
 
@@ -386,7 +413,7 @@ func TestFingerprintErrorIsInvalid(t *testing.T) {
 	_, err := pay(t, b, Pay{Key: "k", Amount: 5})
 	require.ErrorIs(t, err, middleware.ErrInvalid)
 	require.Zero(t, e.runs.Load())
-	require.Zero(t, e.locker.Len())
+	require.Zero(t, e.mem.Len())
 }
 
 func TestLostLockCancelsTheHandler(t *testing.T) {
@@ -413,15 +440,12 @@ func TestLostLockCancelsTheHandler(t *testing.T) {
 		errc <- err
 	}()
 	<-started
-	require.NoError(t, e.locker.Reset(context.Background())) // the lease ran out
+	require.NoError(t, e.mem.Reset(context.Background())) // the lease ran out
 	require.Error(t, <-errc)
 	require.ErrorIs(t, cause, idempotency.ErrLockLost)
 	require.Contains(t, logs.String(), "lock lost")
 
-	// Nothing stored: the retry runs again.
-	retry, err := pay(t, b, Pay{Key: "k", Amount: 5})
-	require.NoError(t, err)
-	require.EqualValues(t, 2, retry.Run)
+	requireRunsAgain(t, b, "nothing stored")
 }
 
 func TestPurge(t *testing.T) {
@@ -516,4 +540,17 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestLaterAfterHookPanicIsNotStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var once sync.Once
+	later := middleware.Hooks{AfterSuccess: func(context.Context, *middleware.Pipeline) {
+		once.Do(func() { panic("after hook broken") })
+	}}
+	b := e.node(bus.Config{}, e.middleware(e.config()), later)
+	_, err := pay(t, b, Pay{Key: "k", Amount: 5})
+	require.ErrorContains(t, err, "after hook broken")
+	requireRunsAgain(t, b, "the sender got an error")
 }
