@@ -149,8 +149,8 @@ func (b *batcher[Req, Res]) leave(c *call[Req, Res]) {
 	}
 }
 
-// execute runs bt, answers its calls, then elects the runner of the next
-// batch.
+// execute runs bt, elects the runner of the next batch, then answers bt's
+// calls.
 func (b *batcher[Req, Res]) execute(bt *batch[Req, Res]) {
 	reqs := make([]Req, len(bt.calls))
 	for i, c := range bt.calls {
@@ -159,6 +159,9 @@ func (b *batcher[Req, Res]) execute(bt *batch[Req, Res]) {
 	ctx, stop := anyAlive(bt.calls)
 	res, err := b.run(ctx, reqs)
 	stop()
+	// The next batch starts before this one's callers are woken, so that
+	// the lane never waits on their scheduling.
+	b.handOff()
 	for i, c := range bt.calls {
 		if err != nil {
 			c.err = err
@@ -169,7 +172,11 @@ func (b *batcher[Req, Res]) execute(bt *batch[Req, Res]) {
 			close(c.done)
 		}
 	}
+}
 
+// handOff gives the lane of a run that ended to the next pending batch,
+// electing its first caller to run it, or frees the lane.
+func (b *batcher[Req, Res]) handOff() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.pending) == 0 {

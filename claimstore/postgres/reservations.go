@@ -6,10 +6,20 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/internal/claimcheck"
 	"github.com/claimbus/claimbus/lockstore"
 )
+
+// batchMode is how the batch statements go: as unnamed statements, which
+// the server plans at each run for the arrays given and the table's size
+// now. A prepared statement's cached generic plan, made while the table
+// was small (a new table has no statistics until autovacuum analyzes it,
+// a minute or more later), joins the arrays to the table by a sequential
+// scan, and keeps doing so as the table grows.
+const batchMode = pgx.QueryExecModeExec
 
 // reserveReq is one call of Reserve; lagMicros is its maxLag in whole
 // microseconds, rounded up (PostgreSQL's timestamps count microseconds).
@@ -85,7 +95,7 @@ func (s *Store) reserveBatch(ctx context.Context, reqs []reserveReq) ([]reserveR
 		for j, i := range todo {
 			ns[j], ids[j], owners[j], lags[j] = reqs[i].key.Namespace, reqs[i].key.ID, reqs[i].owner, reqs[i].lagMicros
 		}
-		rows, err := s.pool.Query(ctx, q, ns, ids, owners, lags)
+		rows, err := s.pool.Query(ctx, q, batchMode, ns, ids, owners, lags)
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +157,7 @@ func (s *Store) confirmBatch(ctx context.Context, reqs []ownedReq) ([]bool, erro
 	rows, err := s.pool.Query(ctx, `UPDATE `+s.reservations+` t SET confirmed = true, at = now()
 		FROM unnest($1::text[], $2::text[], $3::text[]) AS r(namespace, id, owner)
 		WHERE t.namespace = r.namespace AND t.id = r.id AND t.owner = r.owner
-		RETURNING t.namespace, t.id, t.owner`, ns, ids, owners)
+		RETURNING t.namespace, t.id, t.owner`, batchMode, ns, ids, owners)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +196,7 @@ func (s *Store) cancelBatch(ctx context.Context, reqs []ownedReq) ([]struct{}, e
 	ns, ids, owners := ownedArrays(reqs)
 	_, err := s.pool.Exec(ctx, `DELETE FROM `+s.reservations+` t
 		USING unnest($1::text[], $2::text[], $3::text[]) AS r(namespace, id, owner)
-		WHERE t.namespace = r.namespace AND t.id = r.id AND t.owner = r.owner AND NOT t.confirmed`, ns, ids, owners)
+		WHERE t.namespace = r.namespace AND t.id = r.id AND t.owner = r.owner AND NOT t.confirmed`, batchMode, ns, ids, owners)
 	if err != nil {
 		return nil, err
 	}
