@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -53,7 +51,7 @@ func TestThreeNodesEventsModel(t *testing.T) {
 			// One key, one answer, whichever node gets it.
 			var first answer
 			for i, p := range nodes {
-				a := postWithKey(ctx, c, p.url+"/staff", "key-1", signup{StaffID: "idem-1", Email: "Idem@Example.org", Name: "Idem"})
+				a := postWith(ctx, c, p.url+"/staff", http.Header{"Idempotency-Key": {"key-1"}}, signup{StaffID: "idem-1", Email: "Idem@Example.org", Name: "Idem"})
 				require.NoError(t, a.Err)
 				if i == 0 {
 					require.Equal(t, http.StatusCreated, a.Status, "%v", a.Body)
@@ -74,19 +72,4 @@ func TestThreeNodesEventsModel(t *testing.T) {
 			}
 		})
 	}
-}
-
-// postWithKey posts body as JSON with an Idempotency-Key header.
-func postWithKey(ctx context.Context, c *http.Client, url, key string, body any) answer {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return answer{Err: err}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
-	if err != nil {
-		return answer{Err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	return do(c, req)
 }

@@ -3,7 +3,6 @@ package app_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -45,24 +44,14 @@ func randomCase(s string) string {
 // Idempotency-Key header.
 func postStaff(t *testing.T, url, key, body string) response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+"/staff", strings.NewReader(body))
-	require.NoError(t, err)
+	var h http.Header
 	if key != "" {
-		req.Header.Set(app.IdempotencyKeyHeader, key)
+		h = http.Header{app.IdempotencyKeyHeader: {key}}
 	}
-	resp, err := noRedirects.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	out := response{status: resp.StatusCode, header: resp.Header, raw: raw}
-	if resp.StatusCode >= 400 {
-		requireNoInternals(t, out.raw, "POST /staff")
-	}
-	return out
+	return sendWith(t, http.MethodPost, url+"/staff", body, h)
 }
 
-// storm sends copies sign-ups of each of emails addresses at once, in
+// signUpStorm sends copies sign-ups of each of emails addresses at once, in
 // random case and each with its own staff id, spread over urls, and returns
 // the statuses counted.
 func signUpStorm(t *testing.T, urls []string, emails, copies int) map[int]int {
