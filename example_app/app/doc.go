@@ -41,8 +41,9 @@
 // through, which the read model's unique index counts. Each node projects
 // the events its own handlers appended: every event is applied once per
 // database however many nodes share it; an event whose node dies before
-// projecting it is never applied, and its confirmed reservation keeps the
-// email taken (no duplicate). GET /staff reads the read model, so it lags
+// projecting it is applied by the catch-up of the next node to start, and
+// until then its confirmed reservation keeps the email taken (no
+// duplicate). GET /staff reads the read model, so it lags
 // too.
 //
 // # Idempotency-Key

@@ -309,6 +309,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if n.projection, err = startProjection(ctx, n, cfg.ProjectionLag); err != nil {
 			return nil, errors.Join(err, b.Close())
 		}
+		if err := n.catchUp(ctx); err != nil {
+			return nil, errors.Join(err, b.Close(), n.closeProjection())
+		}
 	}
 	if err := b.Start(ctx); err != nil {
 		return nil, errors.Join(err, b.Close(), n.closeProjection())

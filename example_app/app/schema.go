@@ -39,6 +39,8 @@ var schema = []string{
 )`,
 	`CREATE INDEX IF NOT EXISTS staff_event_email ON staff_event (email)`,
 	`CREATE INDEX IF NOT EXISTS staff_event_staff_id ON staff_event (staff_id)`,
+	// The order in which a starting node's catch-up reads the events.
+	`CREATE INDEX IF NOT EXISTS staff_event_order ON staff_event (recorded_at, event_id)`,
 
 	`CREATE TABLE IF NOT EXISTS wallet (
 	wallet_id TEXT PRIMARY KEY,

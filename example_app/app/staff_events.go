@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,9 +60,16 @@ func (n *Node) project(ctx context.Context, ev *StaffRegistered) error {
 	if err == nil || !n.backend.isUniqueViolation(err) {
 		return err
 	}
-	if taken, lerr := n.exists(ctx, `SELECT count(*) FROM staff WHERE staff_id = $1`, ev.StaffID); lerr != nil {
+	var email string
+	switch lerr := n.db().queryRow(ctx, `SELECT email FROM staff WHERE staff_id = $1`, ev.StaffID).Scan(&email); {
+	case errors.Is(lerr, sql.ErrNoRows):
+	case lerr != nil:
 		return errors.Join(err, lerr)
-	} else if taken {
+	case email == ev.Email:
+		// Applied already: by the catch-up of a node that started while
+		// this event was on its way.
+		return nil
+	default:
 		// Two sign-ups raced on one staff id (it is not claimed): the
 		// first one projected wins.
 		n.log.WarnContext(ctx, "projection: a StaffRegistered for a staff id already in the read model is left out", "event_id", ev.EventID)
@@ -70,6 +78,37 @@ func (n *Node) project(ctx context.Context, ev *StaffRegistered) error {
 	n.staffBackstops.Add(1)
 	n.backstop(ctx, "staff.email (projection)", err)
 	return nil
+}
+
+// catchUp publishes to the projection, in the order they were appended,
+// the StaffRegistered events that the read model does not show and did
+// not refuse: those whose node stopped before projecting them (it was
+// killed, or its database went away). A node runs it as it starts, so the
+// read model catches up at the next start of any node. An event that
+// another node is projecting now is applied once all the same: the second
+// application finds it applied.
+func (n *Node) catchUp(ctx context.Context) error {
+	var at int64
+	var id string
+	for {
+		ev := &StaffRegistered{}
+		var recorded int64
+		err := n.db().queryRow(ctx, `SELECT e.event_id, e.staff_id, e.email, e.name, e.command_id, e.recorded_at FROM staff_event e
+	WHERE (e.recorded_at > $1 OR (e.recorded_at = $1 AND e.event_id > $2))
+	AND NOT EXISTS (SELECT 1 FROM staff s WHERE s.staff_id = e.staff_id OR s.email = e.email)
+	ORDER BY e.recorded_at, e.event_id LIMIT 1`, at, id).Scan(&ev.EventID, &ev.StaffID, &ev.Email, &ev.Name, &ev.CommandID, &recorded)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("app: catch up the projection: %w", err)
+		}
+		ev.RecordedAt = time.Unix(0, recorded).UTC()
+		if err := n.projection.publish(ctx, ev); err != nil {
+			return err
+		}
+		at, id = recorded, ev.EventID
+	}
 }
 
 // registeredBy is the AlreadyDone of the events model: a StaffRegistered
