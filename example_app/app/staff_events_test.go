@@ -1,12 +1,10 @@
 package app_test
 
 import (
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
 	"github.com/claimbus/claimbus/example_app/app"
 	"github.com/claimbus/claimbus/internal/pgtest"
-	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
 
 // stormLag is the projection lag of the events-model tests.
@@ -193,12 +190,7 @@ func decodeCode(t *testing.T, raw []byte) string {
 func TestEventsCatchUpAtStart(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "app.db"), 0))
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	store, err := sqlite.New(ctx, db, sqlite.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	db, store := sqliteStore(t)
 	start := func() *app.Node {
 		cfg := eventsConfig(false)
 		cfg.Backend = app.SQLiteBackend(store)
@@ -225,7 +217,7 @@ func TestEventsCatchUpAtStart(t *testing.T) {
 		require.NoError(t, err, id)
 		require.Equal(t, email, s.Email)
 	}
-	_, err = second.Staff(ctx, "s-2")
+	_, err := second.Staff(ctx, "s-2")
 	require.Error(t, err, "the duplicate stays out of the read model")
 	require.EqualValues(t, 1, second.BackstopViolations(), "and the backstop counted it")
 	require.NoError(t, second.Close())
