@@ -37,7 +37,14 @@
 // rather than per claim. A call that finds none running goes at once,
 // alone. A batch runs until the ctx of every one of its callers has ended;
 // a caller whose ctx ends before its batch is sent leaves it, and nothing
-// of its call is written. Two calls on one key never share a batch.
+// of its call is written; one whose ctx ends after returns ctx's error, and
+// its call may or may not have taken effect (as for any statement cut off
+// on its way). Two calls on one key never share a batch.
+// Config.BatchLanes lets more than one statement of a method run at once
+// (default 1: the largest batches, the least work for the server). Batch
+// statements go unprepared, planned at each run for the table as it is
+// then, since a cached plan made while the table was small keeps scanning
+// it whole once it has grown.
 //
 // Reserve writes in one statement (INSERT ... ON CONFLICT DO UPDATE ...
 // WHERE the value may be taken over) and reads the holders of the rows it
