@@ -143,16 +143,7 @@ func (p *projection) publish(ctx context.Context, ev *StaffRegistered) error {
 // since ev was appended, then applies it to the read model. A failure is
 // retried (the event comes again) after a pause.
 func (p *projection) apply(ctx context.Context, ev *StaffRegistered) error {
-	if wait := time.Until(ev.RecordedAt.Add(p.lag)); wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if err := p.n.project(ctx, ev); err != nil {
+	if err := p.applyNow(ctx, ev); err != nil {
 		p.n.log.WarnContext(ctx, "projection: cannot apply StaffRegistered, trying again", "event_id", ev.EventID, "error", err)
 		t := time.NewTimer(projectionRetry)
 		defer t.Stop()
@@ -164,6 +155,21 @@ func (p *projection) apply(ctx context.Context, ev *StaffRegistered) error {
 	}
 	p.add(-1)
 	return nil
+}
+
+// applyNow waits until lag has passed since ev was appended, then applies
+// it to the read model.
+func (p *projection) applyNow(ctx context.Context, ev *StaffRegistered) error {
+	if wait := time.Until(ev.RecordedAt.Add(p.lag)); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return p.n.project(ctx, ev)
 }
 
 // add adds d to the events pending and signals the change.

@@ -80,13 +80,13 @@ func (n *Node) project(ctx context.Context, ev *StaffRegistered) error {
 	return nil
 }
 
-// catchUp publishes to the projection, in the order they were appended,
-// the StaffRegistered events that the read model does not show and did
-// not refuse: those whose node stopped before projecting them (it was
-// killed, or its database went away). A node runs it as it starts, so the
-// read model catches up at the next start of any node. An event that
-// another node is projecting now is applied once all the same: the second
-// application finds it applied.
+// catchUp applies to the read model, one at a time in the order they were
+// appended (each once ProjectionLag has passed since), the StaffRegistered
+// events that the read model does not show and did not refuse: those whose
+// node stopped before projecting them (it was killed, or its database went
+// away). A node runs it as it starts, so the read model catches up at the
+// next start of any node. An event that another node is projecting now is
+// applied once all the same: the second application finds it applied.
 func (n *Node) catchUp(ctx context.Context) error {
 	var at int64
 	var id string
@@ -104,8 +104,8 @@ func (n *Node) catchUp(ctx context.Context) error {
 			return fmt.Errorf("app: catch up the projection: %w", err)
 		}
 		ev.RecordedAt = time.Unix(0, recorded).UTC()
-		if err := n.projection.publish(ctx, ev); err != nil {
-			return err
+		if err := n.projection.applyNow(ctx, ev); err != nil {
+			return fmt.Errorf("app: catch up the projection: %w", err)
 		}
 		at, id = recorded, ev.EventID
 	}
