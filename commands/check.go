@@ -16,6 +16,9 @@ const (
 	MaxNameLen   = 200
 	MaxReasonLen = 500
 	MaxWordLen   = 64
+	// MaxIdempotencyKeyLen is the longest idempotency key: 1 to 128
+	// bytes.
+	MaxIdempotencyKeyLen = 128
 	// MaxAmount is the largest amount of one transfer, in minor units:
 	// 10^15, so that sums of many amounts stay far from overflowing int64.
 	MaxAmount int64 = 1_000_000_000_000_000
@@ -131,6 +134,29 @@ func firstError(errs ...*FieldError) error {
 	for _, e := range errs {
 		if e != nil {
 			return e
+		}
+	}
+	return nil
+}
+
+// CheckIdempotencyKey reports, as a *FieldError for field, an idempotency
+// key that is set and is not 1 to MaxIdempotencyKeyLen bytes of printable
+// ASCII without spaces (what an HTTP header carries safely, such as a
+// UUID). An empty key is none, and passes.
+func CheckIdempotencyKey(field, key string) error {
+	if err := checkIdempotencyKey(field, key); err != nil {
+		return err
+	}
+	return nil
+}
+
+func checkIdempotencyKey(field, key string) *FieldError {
+	if len(key) > MaxIdempotencyKeyLen {
+		return fieldErr(field, "is %d bytes long, the limit is %d", len(key), MaxIdempotencyKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] <= ' ' || key[i] > '~' {
+			return fieldErr(field, "holds a character other than printable ASCII (a space, a control character or a non-ASCII byte)")
 		}
 	}
 	return nil

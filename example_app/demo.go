@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/example_app/app"
@@ -38,7 +39,25 @@ type demoReport struct {
 		Late, Wrong, WordsLeft int
 	}
 	Backstops int64
+	// Events is the events story: the storm of the staff story on the
+	// events model with a lagging projection, without reservations and
+	// with them.
+	Events struct {
+		Without, With eventsRun
+	}
 }
+
+// eventsRun is what one run of the events story counted.
+type eventsRun struct {
+	// Created counts the sign-ups answered as created; Registered the
+	// StaffRegistered events appended; Members the members in the read
+	// model once projected; Backstops the events its unique index refused.
+	Created, Registered, Members int
+	Backstops                    int64
+}
+
+// demoLag is the projection lag of the events story.
+const demoLag = 300 * time.Millisecond
 
 // runDemo runs the three stories on a fresh SQLite database in a temporary
 // directory, removed at the end, and prints them to w.
@@ -49,29 +68,17 @@ func runDemo(ctx context.Context, w io.Writer) (r demoReport, err error) {
 	}
 	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
 
-	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(dir, "demo.db"), 0))
-	if err != nil {
-		return r, err
-	}
-	defer func() { err = errors.Join(err, db.Close()) }()
-	store, err := sqlite.New(ctx, db, sqlite.Config{})
-	if err != nil {
-		return r, err
-	}
-	defer func() { err = errors.Join(err, store.Close()) }()
-
 	g := &gate{}
-	node, err := app.New(ctx, app.Config{
-		Backend:    app.SQLiteBackend(store),
+	node, closeNode, err := demoNode(ctx, filepath.Join(dir, "demo.db"), app.Config{
 		Name:       "demo",
 		Middleware: []middleware.Middleware{middleware.Hooks{Before: g.before}},
 	})
 	if err != nil {
 		return r, err
 	}
-	defer func() { err = errors.Join(err, node.Close()) }()
+	defer func() { err = errors.Join(err, closeNode()) }()
 
-	fmt.Fprintln(w, "claimbus example: three stories on an embedded SQLite database, in a temporary directory")
+	fmt.Fprintln(w, "claimbus example: four stories on embedded SQLite databases, in a temporary directory")
 	for _, story := range []func(context.Context, io.Writer, *app.Node, *gate, *demoReport) error{staffStory, walletStory, lobbyStory} {
 		if err := story(ctx, w, node, g, &r); err != nil {
 			return r, err
@@ -83,27 +90,120 @@ func runDemo(ctx context.Context, w io.Writer) (r demoReport, err error) {
 	} else {
 		fmt.Fprintf(w, "\nThe unique indexes under the claims fired %d times: something bypassed the claims.\n", r.Backstops)
 	}
+	if err := eventsStory(ctx, w, dir, &r); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
-// staffStory: a storm of sign-ups, the same addresses in mixed case.
-func staffStory(ctx context.Context, w io.Writer, node *app.Node, _ *gate, r *demoReport) error {
-	const people, copies = 12, 5
-	var cmds []*commands.CreateStaff
+// demoNode starts a node configured by cfg on a fresh SQLite database at
+// path, and returns it with what closes it, its store and its database.
+func demoNode(ctx context.Context, path string, cfg app.Config) (node *app.Node, closeAll func() error, err error) {
+	db, err := sql.Open("sqlite", sqlite.DSN(path, 0))
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := sqlite.New(ctx, db, sqlite.Config{})
+	if err != nil {
+		return nil, nil, errors.Join(err, db.Close())
+	}
+	cfg.Backend = app.SQLiteBackend(store)
+	node, err = app.New(ctx, cfg)
+	if err != nil {
+		return nil, nil, errors.Join(err, store.Close(), db.Close())
+	}
+	return node, func() error { return errors.Join(node.Close(), store.Close(), db.Close()) }, nil
+}
+
+// eventsStory: the storm of the staff story on the events staff model,
+// whose projection fills the read model the claims' lookup reads demoLag
+// after each sign-up: without reservations the lookup does not see the
+// first sign-up of an address and lets the others through (the read
+// model's unique index catches them); with them, each address is
+// registered once.
+func eventsStory(ctx context.Context, w io.Writer, dir string, r *demoReport) error {
+	cmds, people := stormCommands()
+	fmt.Fprintf(w, "\n4. Event-sourced sign-up: the storm of story 1 (%d addresses, %d sign-ups) on the events model, whose projection\n"+
+		"   shows a sign-up in the read model (which the claims' lookup reads) %v later\n", people, len(cmds), demoLag)
+	for _, run := range []struct {
+		name     string
+		disable  bool
+		counts   *eventsRun
+		expected string
+	}{
+		{"without reservations", true, &r.Events.Without, "the lookup cannot see what the projection has not applied yet"},
+		{"with reservations", false, &r.Events.With, "a reservation holds each address until the read model shows it"},
+	} {
+		node, closeNode, err := demoNode(ctx, filepath.Join(dir, "events-"+strings.ReplaceAll(run.name, " ", "-")+".db"), app.Config{
+			Name: "demo-events", StaffModel: app.StaffEvents, ProjectionLag: demoLag, DisableReservations: run.disable,
+		})
+		if err != nil {
+			return err
+		}
+		err = eventsRunOn(ctx, node, cmds, run.counts)
+		if err = errors.Join(err, closeNode()); err != nil {
+			return err
+		}
+		c := run.counts
+		fmt.Fprintf(w, "   %-21s created %3d, StaffRegistered %3d, members %3d, duplicates caught by the backstop %3d (%s)\n",
+			run.name+":", c.Created, c.Registered, c.Members, c.Backstops, run.expected)
+	}
+	return nil
+}
+
+// eventsRunOn sends cmds to node at once, waits for the projection and
+// counts the outcome into c.
+func eventsRunOn(ctx context.Context, node *app.Node, cmds []*commands.CreateStaff, c *eventsRun) error {
+	for _, err := range concurrently(len(cmds), func(i int) error { _, err := node.CreateStaff(ctx, cmds[i]); return err }) {
+		var rej *middleware.Rejection
+		switch {
+		case err == nil:
+			c.Created++
+		case errors.As(err, &rej) && (rej.Code == middleware.CodeAlreadyTaken || rej.Code == middleware.CodeInvalid):
+		default:
+			return fmt.Errorf("create staff: %w", err)
+		}
+	}
+	if err := node.WaitProjected(ctx); err != nil {
+		return err
+	}
+	var err error
+	if c.Registered, err = node.StaffRegistrations(ctx, ""); err != nil {
+		return err
+	}
+	if c.Members, err = node.StaffCount(ctx); err != nil {
+		return err
+	}
+	c.Backstops = node.BackstopViolations()
+	return nil
+}
+
+// stormCopies is how many times the storm sends each address.
+const stormCopies = 5
+
+// stormCommands returns the storm of the staff story: people addresses,
+// each sent stormCopies times in mixed case, and a few malformed ones.
+func stormCommands() (cmds []*commands.CreateStaff, people int) {
+	people = 12
 	for p := range people {
 		local := fmt.Sprintf("person%02d", p)
 		variants := []string{
 			local + "@example.org", strings.ToUpper(local) + "@Example.org", local + "@EXAMPLE.ORG",
 			" " + local + "@example.org ", strings.ToUpper(local[:1]) + local[1:] + "@example.Org",
 		}
-		for c := range copies {
+		for c := range stormCopies {
 			cmds = append(cmds, &commands.CreateStaff{StaffID: fmt.Sprintf("s-%02d-%d", p, c), Email: variants[c], Name: "Person " + local})
 		}
 	}
 	for i, bad := range []string{"not-an-email", "person00@", "Person <person00@example.org>", ""} {
 		cmds = append(cmds, &commands.CreateStaff{StaffID: fmt.Sprintf("s-bad-%d", i), Email: bad, Name: "Mallory"})
 	}
+	return cmds, people
+}
 
+// staffStory: a storm of sign-ups, the same addresses in mixed case.
+func staffStory(ctx context.Context, w io.Writer, node *app.Node, _ *gate, r *demoReport) error {
+	cmds, people := stormCommands()
 	errs := concurrently(len(cmds), func(i int) error { _, err := node.CreateStaff(ctx, cmds[i]); return err })
 	s := &r.Staff
 	s.Sent = len(cmds)
@@ -129,7 +229,7 @@ func staffStory(ctx context.Context, w io.Writer, node *app.Node, _ *gate, r *de
 	}
 	s.Rows = rows
 	fmt.Fprintf(w, "\n1. Staff sign-up: %d CreateStaff at once, %d addresses sent %d times each in mixed case, and %d malformed\n",
-		s.Sent, people, copies, s.Sent-people*copies)
+		s.Sent, people, stormCopies, s.Sent-people*stormCopies)
 	fmt.Fprintf(w, "   created:        %3d\n", s.Created)
 	fmt.Fprintf(w, "   already_taken:  %3d  by field: %s\n", s.Taken, fields(s.TakenFields))
 	fmt.Fprintf(w, "   invalid:        %3d  by field: %s\n", s.Invalid, fields(s.InvalidFields))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -55,6 +56,22 @@ type serveFlags struct {
 	dataSet bool
 	// natsURL is the NATS server(s) of -transport nats.
 	natsURL string
+	// staffModel, projectionLag, reservations and maxLag are the staff
+	// model's flags; eventsOnly names the events model's flags given.
+	staffModel    string
+	projectionLag time.Duration
+	reservations  bool
+	maxLag        time.Duration
+	eventsOnly    []string
+}
+
+// appConfig returns the node configuration of the staff model's flags.
+func (f serveFlags) appConfig(cfg app.Config) app.Config {
+	cfg.StaffModel = app.StaffModel(f.staffModel)
+	if cfg.StaffModel == app.StaffEvents {
+		cfg.ProjectionLag, cfg.DisableReservations, cfg.MaxLag = f.projectionLag, !f.reservations, f.maxLag
+	}
+	return cfg
 }
 
 var nodeName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,48}$`)
@@ -92,6 +109,7 @@ func (f serveFlags) validate() error {
 		errs = append(errs, fmt.Errorf("-transport %q: want inprocess, postgres or nats", f.transport))
 	}
 	errs = append(errs, f.validateNATS()...)
+	errs = append(errs, f.validateModel()...)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("-log-level %q: want debug, info, warn or error", f.logLevel))
@@ -102,6 +120,42 @@ func (f serveFlags) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// modelNote describes the events staff model for the start-up line, "" for
+// the table model.
+func (f serveFlags) modelNote() string {
+	if app.StaffModel(f.staffModel) != app.StaffEvents {
+		return ""
+	}
+	return fmt.Sprintf(", staff model events (projection lag %v, reservations %v, max lag %v)", f.projectionLag, f.reservations, f.maxLag)
+}
+
+// validateModel reports the problems of the staff model's flags: an
+// unknown model, the events model's flags without it, a negative lag, and
+// a -max-lag that is not above -projection-lag while reservations are on.
+func (f serveFlags) validateModel() []error {
+	var errs []error
+	switch app.StaffModel(cmp.Or(f.staffModel, string(app.StaffTable))) {
+	case app.StaffTable:
+		if len(f.eventsOnly) > 0 {
+			errs = append(errs, fmt.Errorf("-%s is for -staff-model events: add it, or drop the flag", strings.Join(f.eventsOnly, ", -")))
+		}
+		return errs
+	case app.StaffEvents:
+	default:
+		return []error{fmt.Errorf("-staff-model %q: want table or events", f.staffModel)}
+	}
+	if f.projectionLag < 0 {
+		errs = append(errs, fmt.Errorf("-projection-lag %v is negative", f.projectionLag))
+	}
+	if f.maxLag <= 0 {
+		errs = append(errs, fmt.Errorf("-max-lag %v: it must be positive", f.maxLag))
+	} else if f.reservations && f.maxLag <= f.projectionLag {
+		errs = append(errs, fmt.Errorf("-max-lag %v is not above -projection-lag %v: a reservation would expire before the read model shows its email, and let a duplicate through (raise -max-lag well above the lag)",
+			f.maxLag, f.projectionLag))
+	}
+	return errs
 }
 
 // validateNATS reports the problems of -nats-url: required by -transport
@@ -144,6 +198,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.data, "data", "claimbus.db", "without -db: the SQLite `file` of the embedded node, created when missing; one process at a time")
 	fs.StringVar(&f.transport, "transport", "inprocess",
 		"how commands reach their handlers: inprocess (the node that receives a request handles it), postgres (one queue per command in the database, shared by every node) or nats (one JetStream queue per command, with -nats-url)")
+	fs.StringVar(&f.staffModel, "staff-model", string(app.StaffTable),
+		"`model` of the staff: table (CreateStaff inserts the member; the claims read that table) or events (CreateStaff appends a StaffRegistered event; a projection fills the read model that the claims and GET /staff read, -projection-lag later)")
+	fs.DurationVar(&f.projectionLag, "projection-lag", 0, "with -staff-model events: how long after a sign-up the projection applies it to the read model")
+	fs.BoolVar(&f.reservations, "reservations", true, "with -staff-model events: reserve each email until the read model shows it (false lets duplicates through while the read model lags; the backstop counts them)")
+	fs.DurationVar(&f.maxLag, "max-lag", app.DefaultMaxLag, "with -staff-model events: how long a reservation whose node died keeps its email taken; well above -projection-lag")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
 	// The fault tests' flag is parsed like the others, and left out of the
 	// help: it is not for people.
@@ -158,7 +217,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	fs.Visit(func(fl *flag.Flag) { f.dataSet = f.dataSet || fl.Name == "data" })
+	fs.Visit(func(fl *flag.Flag) {
+		f.dataSet = f.dataSet || fl.Name == "data"
+		switch fl.Name {
+		case "projection-lag", "reservations", "max-lag":
+			f.eventsOnly = append(f.eventsOnly, fl.Name)
+		}
+	})
 	if f.db == "" && f.node == "" {
 		f.node = "local"
 	}
@@ -285,13 +350,13 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	if f.holdEmail != "" {
 		extra = append(extra, holdEmail(uniqueness.NormalizeEmail(f.holdEmail), stopping, logger))
 	}
-	node, err := app.New(startCtx, app.Config{
+	node, err := app.New(startCtx, f.appConfig(app.Config{
 		Backend:    app.PostgresBackend(store),
 		Name:       f.node,
 		Bus:        bcfg,
 		Middleware: extra,
 		Logger:     logger,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
@@ -303,7 +368,7 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	watched, watchDone := make(chan error, 1), make(chan struct{})
 	go func() { defer close(watchDone); watched <- names.watch(wctx) }()
 	closers = append(closers, func() error { stopWatch(); <-watchDone; return nil })
-	return listenAndServe(ctx, f, node, logger, stdout, stopping, watched, "postgres, transport "+f.transport)
+	return listenAndServe(ctx, f, node, logger, stdout, stopping, watched, "postgres, transport "+f.transport+f.modelNote())
 }
 
 // runEmbedded runs the embedded node on the SQLite file f.data: one
@@ -327,18 +392,18 @@ func runEmbedded(ctx, startCtx context.Context, f serveFlags, logger *slog.Logge
 	if f.holdEmail != "" {
 		extra = append(extra, holdEmail(uniqueness.NormalizeEmail(f.holdEmail), stopping, logger))
 	}
-	node, err := app.New(startCtx, app.Config{
+	node, err := app.New(startCtx, f.appConfig(app.Config{
 		Backend:    app.SQLiteBackend(store),
 		Name:       f.node,
 		Bus:        bus.Config{CloseTimeout: busCloseTimeout, Logger: watermill.NewSlogLogger(logger.With("component", "bus"))},
 		Middleware: extra,
 		Logger:     logger,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	*closers = append(*closers, node.Close)
-	return listenAndServe(ctx, f, node, logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess")
+	return listenAndServe(ctx, f, node, logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess"+f.modelNote())
 }
 
 // listenAndServe serves node's API on f.addr until ctx ends or fatal

@@ -43,6 +43,11 @@ func (a answer) str(field string) string {
 
 // post sends body as JSON and decodes the JSON answer.
 func post(ctx context.Context, c *http.Client, url string, body any) answer {
+	return postWith(ctx, c, url, nil, body)
+}
+
+// postWith is post with the headers in header added.
+func postWith(ctx context.Context, c *http.Client, url string, header http.Header, body any) answer {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return answer{Err: err}
@@ -52,6 +57,9 @@ func post(ctx context.Context, c *http.Client, url string, body any) answer {
 		return answer{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	return do(c, req)
 }
 

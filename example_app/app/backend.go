@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 
+	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -20,6 +21,9 @@ type Backend interface {
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 
+	// claims returns the durable store of the reservations and the
+	// idempotency outcomes, in the backend's database.
+	claims(ctx context.Context) (claimstore.Store, error)
 	// db runs statements outside any transaction: the lookups.
 	db() querier
 	// tx runs fn in a transaction, committed when fn returns nil.

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/claimbus/claimbus/claimstore"
+	cspg "github.com/claimbus/claimbus/claimstore/postgres"
 	"github.com/claimbus/claimbus/internal/pgerr"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
@@ -41,6 +43,10 @@ func (b pgBackend) Name() string             { return "postgres" }
 
 func (b pgBackend) Ping(ctx context.Context) error { return b.store.Pool().Ping(ctx) }
 
+func (b pgBackend) claims(ctx context.Context) (claimstore.Store, error) {
+	return cspg.New(ctx, b.store.Pool(), cspg.Config{})
+}
+
 func (b pgBackend) db() querier { return pgQuerier{b.store.Pool()} }
 
 func (b pgBackend) tx(ctx context.Context, fn txFunc) error {
@@ -68,7 +74,7 @@ func (pgBackend) isUniqueViolation(err error) bool {
 // (a dial that hung).
 func (pgBackend) isUnavailable(ctx context.Context, err error) bool {
 	return pgerr.IsConnectionError(ctx, err) ||
-		errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrClosed)
+		errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrClosed) || errors.Is(err, claimstore.ErrUnavailable)
 }
 
 // isBadValue: SQLSTATE class 22 (data exception: a NUL byte, bytes that

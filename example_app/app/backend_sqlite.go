@@ -9,6 +9,8 @@ import (
 	moderncsqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/claimbus/claimbus/claimstore"
+	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
@@ -26,6 +28,10 @@ func (b sqliteBackend) Locker() lockstore.Locker { return b.store }
 func (b sqliteBackend) Name() string             { return "sqlite" }
 
 func (b sqliteBackend) Ping(ctx context.Context) error { return b.store.DB().PingContext(ctx) }
+
+func (b sqliteBackend) claims(ctx context.Context) (claimstore.Store, error) {
+	return cssqlite.New(ctx, b.store.DB(), cssqlite.Config{})
+}
 
 func (b sqliteBackend) db() querier { return sqlQuerier{b.store.DB()} }
 
@@ -73,7 +79,7 @@ func (sqliteBackend) isUnavailable(ctx context.Context, err error) bool {
 			return true
 		}
 	}
-	return errors.Is(err, sql.ErrConnDone) || errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrClosed) ||
+	return errors.Is(err, sql.ErrConnDone) || errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrClosed) || errors.Is(err, claimstore.ErrUnavailable) ||
 		(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded))
 }
 

@@ -29,6 +29,30 @@
 //     BEGIN IMMEDIATE behind an in-process lock on SQLite), so each word has
 //     exactly one winner.
 //
+// # The events staff model
+//
+// With Config.StaffModel StaffEvents, CreateStaff appends a StaffRegistered
+// event to the append-only staff_event table and publishes it on an
+// in-process GoChannel; a Watermill cqrs EventProcessor applies it to the
+// staff table, the read model, Config.ProjectionLag later. The claims'
+// lookup reads the read model, which lags, so each email is reserved
+// (uniqueness.Reserve, in the backend's claimstore) until the read model
+// shows it; Config.DisableReservations turns that off and lets duplicates
+// through, which the read model's unique index counts. Each node projects
+// the events its own handlers appended: every event is applied once per
+// database however many nodes share it; an event whose node dies before
+// projecting it is applied by the catch-up of the next node to start, and
+// until then its confirmed reservation keeps the email taken (no
+// duplicate). GET /staff reads the read model, so it lags
+// too.
+//
+// # Idempotency-Key
+//
+// In both models a CreateStaff with an IdempotencyKey (POST /staff's
+// Idempotency-Key header) goes through the idempotency middleware before
+// the claims: every repeat gets the first answer, one with another payload
+// idempotency_conflict.
+//
 // # Nodes
 //
 // A Node is a bus with the handlers, over a Backend: SQLiteBackend for the

@@ -83,12 +83,21 @@ var noRedirects = &http.Client{
 // requires a JSON answer, without internal detail when it is a failure.
 func send(t *testing.T, method, target, body string) response {
 	t.Helper()
+	return sendWith(t, method, target, body, nil)
+}
+
+// sendWith is send with the request's headers set to header.
+func sendWith(t *testing.T, method, target, body string, header http.Header) response {
+	t.Helper()
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, target, r)
 	require.NoError(t, err)
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	resp, err := noRedirects.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

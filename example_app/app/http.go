@@ -17,8 +17,8 @@ const healthTimeout = 2 * time.Second
 
 // Handler returns the node's HTTP API (JSON in, JSON out):
 //
-//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay)
-//	GET  /staff/{id}                                                    200 Staff
+//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay; Idempotency-Key header: every repeat gets the first answer)
+//	GET  /staff/{id}                                                    200 Staff (from the read model: it lags in the events model)
 //	GET  /staff?email=X                                                 200 [Staff] (at most one)
 //	POST /wallets                   {wallet_id, currency, balance}      201 Wallet (set-up)
 //	GET  /wallets/{id}                                                  200 Wallet
@@ -38,9 +38,9 @@ const healthTimeout = 2 * time.Second
 // still answer.
 //
 // Every answer is JSON. A failure is {"code": ..., "field": ..., "message":
-// ...}, the field when one is at fault: already_taken, not_open and
-// conflicting_replay 409, invalid and insufficient_funds 422, locked 423,
-// not_found 404, unavailable 503 (with Retry-After), timeout 504; a
+// ...}, the field when one is at fault: already_taken, not_open,
+// conflicting_replay and idempotency_conflict 409, invalid and
+// insufficient_funds 422, locked 423, not_found 404, unavailable 503 (with Retry-After), timeout 504; a
 // request the API does not understand is 400 bad_request (a body that is
 // not exactly one JSON object of the route's fields, in UTF-8; a path id
 // that is not an id; a bad query), 413 too_large, 404 not_found (no such
@@ -53,10 +53,15 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", n.healthz)
 	mux.HandleFunc("GET /locks", n.locks)
 	mux.HandleFunc("POST /staff", func(w http.ResponseWriter, r *http.Request) {
-		var c commands.CreateStaff
-		if !decodeBody(w, r, &c, false) {
+		var body staffBody
+		if !decodeBody(w, r, &body, false) {
 			return
 		}
+		key, ok := idempotencyHeader(w, r)
+		if !ok {
+			return
+		}
+		c := commands.CreateStaff{StaffID: body.StaffID, Email: body.Email, Name: body.Name, IdempotencyKey: key}
 		n.answerFunc(w, r, func(ctx context.Context) (int, any, error) {
 			s, created, err := n.signUp(ctx, &c)
 			if created {
@@ -233,7 +238,7 @@ func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.R
 // rejectionStatus is the HTTP status of a rejection code.
 func rejectionStatus(code string) int {
 	switch code {
-	case middleware.CodeAlreadyTaken, CodeNotOpen, CodeConflictingReplay:
+	case middleware.CodeAlreadyTaken, CodeNotOpen, CodeConflictingReplay, middleware.CodeIdempotencyConflict:
 		return http.StatusConflict
 	case middleware.CodeInvalid, CodeInsufficientFunds:
 		return http.StatusUnprocessableEntity

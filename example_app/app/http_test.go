@@ -30,12 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func sqliteNode(t testing.TB, cfg app.Config) (*app.Node, *sqlite.Store, string) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "app.db"), 0))
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	store, err := sqlite.New(ctx, db, sqlite.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	_, store := sqliteStore(t)
 	cfg.Backend = app.SQLiteBackend(store)
 	node, err := app.New(ctx, cfg)
 	require.NoError(t, err)
@@ -44,6 +39,19 @@ func sqliteNode(t testing.TB, cfg app.Config) (*app.Node, *sqlite.Store, string)
 	t.Cleanup(srv.Close)
 	t.Cleanup(srv.Client().CloseIdleConnections)
 	return node, store, srv.URL
+}
+
+// sqliteStore opens a fresh SQLite database file and its lock store, both
+// closed when the test ends.
+func sqliteStore(t testing.TB) (*sql.DB, *sqlite.Store) {
+	t.Helper()
+	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "app.db"), 0))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	store, err := sqlite.New(context.Background(), db, sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	return db, store
 }
 
 // call sends a request with body (raw when a string, JSON otherwise) and

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/idempotency"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
@@ -83,7 +86,62 @@ type Config struct {
 	// started, is not applied (see bus.Dispatch). Default
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
+
+	// StaffModel is how the node keeps its staff: StaffTable (the claims'
+	// lookup reads the table the handler writes) or StaffEvents (the
+	// handler appends events, a projection fills the read model the lookup
+	// reads, after ProjectionLag). Every node of one database must use the
+	// same. Default StaffTable.
+	StaffModel StaffModel
+	// ProjectionLag is how long after its append the projection applies a
+	// StaffRegistered to the read model, in the events model: GET /staff
+	// and the claims' lookup see a sign-up that much later. Default 0 (the
+	// projection applies events as they come, which still lags a little).
+	ProjectionLag time.Duration
+	// DisableReservations turns the reservations of the email claims off in
+	// the events model, where they are on by default: the lookup alone,
+	// reading a read model that lags, then lets duplicates through (the
+	// backstop counts them). For the demo.
+	DisableReservations bool
+	// MaxLag is how long a reservation whose owner is gone keeps its email
+	// taken while the read model does not show it (uniqueness.Reserve). It
+	// must be above ProjectionLag plus a sign-up's run. Default
+	// DefaultMaxLag.
+	MaxLag time.Duration
+	// SweepInterval is how often the node sweeps the reservations
+	// ((*uniqueness.Middleware).RunSweeper), in the events model with
+	// reservations. Default DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Claims keeps the reservations and the outcomes of the sign-ups sent
+	// with an Idempotency-Key. Every node of one database must share it.
+	// Default: the backend's durable store in its database
+	// (claimstore/postgres, claimstore/sqlite).
+	Claims claimstore.Store
+	// IdempotencyRetention is how long the answer of a sign-up sent with an
+	// Idempotency-Key is kept: a repeat within it gets that answer. Default
+	// DefaultIdempotencyRetention.
+	IdempotencyRetention time.Duration
 }
+
+// Defaults of the Config fields of the claims.
+const (
+	// DefaultMaxLag is the MaxLag of a Config that sets none.
+	DefaultMaxLag = 30 * time.Second
+	// DefaultSweepInterval is the SweepInterval of a Config that sets none.
+	DefaultSweepInterval = 10 * time.Second
+	// DefaultIdempotencyRetention is the IdempotencyRetention of a Config
+	// that sets none.
+	DefaultIdempotencyRetention = 24 * time.Hour
+)
+
+// staffModel is the staff model of c.
+func (c Config) staffModel() StaffModel { return cmp.Or(c.StaffModel, StaffTable) }
+
+// maxLag is the MaxLag of c.
+func (c Config) maxLag() time.Duration { return cmp.Or(c.MaxLag, DefaultMaxLag) }
+
+// reserves reports whether the email claims reserve.
+func (c Config) reserves() bool { return c.staffModel() == StaffEvents && !c.DisableReservations }
 
 // Validate reports every problem of the configuration at once.
 func (c Config) Validate() error {
@@ -104,7 +162,35 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("app: Config.ClaimTimeout (%v) is over half the request timeout (%v): a sign-up waiting for its claim would run out of time before it is answered",
 			c.ClaimTimeout, c.requestTimeout()))
 	}
+	errs = append(errs, c.validateModel()...)
 	return errors.Join(errs...)
+}
+
+// validateModel reports the problems of the staff model's fields.
+func (c Config) validateModel() []error {
+	var errs []error
+	switch c.staffModel() {
+	case StaffTable:
+		if c.ProjectionLag != 0 || c.DisableReservations {
+			errs = append(errs, errors.New("app: Config.ProjectionLag and DisableReservations are for the events staff model (StaffModel StaffEvents)"))
+		}
+	case StaffEvents:
+	default:
+		errs = append(errs, fmt.Errorf("app: Config.StaffModel %q: want %q or %q", c.StaffModel, StaffTable, StaffEvents))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ProjectionLag", c.ProjectionLag}, {"MaxLag", c.MaxLag}, {"SweepInterval", c.SweepInterval}, {"IdempotencyRetention", c.IdempotencyRetention}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("app: Config.%s is negative (%v)", d.name, d.v))
+		}
+	}
+	if c.reserves() && c.ProjectionLag >= 0 && c.maxLag() <= c.ProjectionLag {
+		errs = append(errs, fmt.Errorf("app: Config.MaxLag (%v) is not above the projection lag (%v): a reservation would expire before the read model shows its email, and let a duplicate through",
+			c.maxLag(), c.ProjectionLag))
+	}
+	return errs
 }
 
 // Node is one instance of the example service: a bus whose handlers write
@@ -118,6 +204,15 @@ type Node struct {
 	requestTimeout time.Duration
 	backstops      atomic.Int64
 	staffBackstops atomic.Int64
+	model          StaffModel
+	claims         claimstore.Store
+	unique         *uniqueness.Middleware
+	// projection is the events model's projection, nil in the table model.
+	projection *projection
+	// stop ends the node's background goroutines (the sweeper, the
+	// purger); done is closed when they all returned.
+	stop context.CancelFunc
+	done chan struct{}
 	// unavailable is the reason of SetUnavailable, nil while available.
 	unavailable availability
 }
@@ -139,17 +234,43 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 
+	n.model = cfg.staffModel()
+	n.claims = cfg.Claims
+	if n.claims == nil {
+		var err error
+		if n.claims, err = n.backend.claims(ctx); err != nil {
+			return nil, fmt.Errorf("app: claim store: %w", err)
+		}
+	}
+	staffHandler, done := n.createStaff, uniqueness.AlreadyDone(n.staffCreatedBy)
+	if n.model == StaffEvents {
+		staffHandler, done = n.registerStaff, uniqueness.AlreadyDone(n.registeredBy)
+	}
+	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail), done}
+	if cfg.reserves() {
+		opts = append(opts, uniqueness.Reserve(n.claims, cfg.maxLag()))
+	}
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker:       n.backend.Locker(),
 		ClaimTimeout: cfg.claimTimeout(),
 		Rules: []uniqueness.Rule{
 			uniqueness.Field("email", NamespaceStaffEmail,
 				func(c *commands.CreateStaff) string { return c.Email },
-				n.staffEmailTaken,
-				uniqueness.Normalize(uniqueness.NormalizeEmail),
-				uniqueness.AlreadyDone(n.staffCreatedBy)),
+				n.staffEmailTaken, opts...),
 		},
 		Logger: n.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.unique = unique
+	idem, err := idempotency.New(idempotency.Config{
+		Locker:      n.backend.Locker(),
+		Store:       n.claims,
+		Retention:   cmp.Or(cfg.IdempotencyRetention, DefaultIdempotencyRetention),
+		Key:         idempotencyKey,
+		LockTimeout: cfg.claimTimeout(),
+		Logger:      n.log,
 	})
 	if err != nil {
 		return nil, err
@@ -167,6 +288,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
 		middleware.Hooks{AfterFail: n.logUnavailable},
 		middleware.Validate(),
+		idem, // before the claims: a repeat is answered without claiming
 		unique,
 		locks,
 	}, cfg.Middleware...)
@@ -175,7 +297,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if err := errors.Join(
-		bus.Handle(b, n.createStaff),
+		bus.Handle(b, staffHandler),
 		bus.Handle(b, n.openTransfer),
 		bus.Handle(b, n.approveTransfer),
 		bus.Handle(b, n.cancelTransfer),
@@ -183,15 +305,80 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	); err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
+	if n.model == StaffEvents {
+		if n.projection, err = startProjection(ctx, n, cfg.ProjectionLag); err != nil {
+			return nil, errors.Join(err, b.Close())
+		}
+		if err := n.catchUp(ctx); err != nil {
+			return nil, errors.Join(err, b.Close(), n.closeProjection())
+		}
+	}
 	if err := b.Start(ctx); err != nil {
-		return nil, errors.Join(err, b.Close())
+		return nil, errors.Join(err, b.Close(), n.closeProjection())
 	}
 	n.bus = b
+	n.startBackground(cfg, idem)
 	return n, nil
 }
 
-// Close stops the node's bus: running commands finish and answer first.
-func (n *Node) Close() error { return n.bus.Close() }
+// startBackground starts the node's own goroutines: the sweeper of the
+// reservations (when the claims reserve) and the purger of expired
+// idempotency outcomes. Close stops them.
+func (n *Node) startBackground(cfg Config, idem *idempotency.Middleware) {
+	ctx, stop := context.WithCancel(context.Background())
+	n.stop, n.done = stop, make(chan struct{})
+	var wg sync.WaitGroup
+	if cfg.reserves() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = n.unique.RunSweeper(ctx, cmp.Or(cfg.SweepInterval, DefaultSweepInterval)) // nil once ctx ends
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = idem.RunPurger(ctx, time.Hour) // ctx's error once it ends
+	}()
+	go func() { wg.Wait(); close(n.done) }()
+}
+
+// projectionDrainTimeout bounds how long Close waits for the projection to
+// apply the events published before it.
+const projectionDrainTimeout = 10 * time.Second
+
+// Close stops the node's bus (running commands finish and answer first),
+// lets the projection apply the events published so far, and stops the
+// projection, the sweeper and the purger.
+func (n *Node) Close() error {
+	err := n.bus.Close()
+	err = errors.Join(err, n.closeProjection())
+	n.stop()
+	<-n.done
+	return err
+}
+
+// closeProjection drains and stops the projection, if any.
+func (n *Node) closeProjection() error {
+	if n.projection == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.projection.lag+projectionDrainTimeout)
+	defer cancel()
+	return errors.Join(n.projection.wait(ctx), n.projection.close())
+}
+
+// StaffModel returns the node's staff model.
+func (n *Node) StaffModel() StaffModel { return n.model }
+
+// Claims returns the store of the node's reservations and idempotency
+// outcomes.
+func (n *Node) Claims() claimstore.Store { return n.claims }
+
+// Sweep sweeps the reservations of the email claims once (see
+// (*uniqueness.Middleware).Sweep); the node also does on its own, every
+// Config.SweepInterval.
+func (n *Node) Sweep(ctx context.Context) (uniqueness.SweepResult, error) { return n.unique.Sweep(ctx) }
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.name }
@@ -263,6 +450,16 @@ func (n *Node) GuessWord(ctx context.Context, c *commands.GuessWord) (Guess, err
 func commandID(ctx context.Context) string {
 	if p, ok := middleware.PipelineFromContext(ctx); ok {
 		return p.CommandUUID
+	}
+	return ""
+}
+
+// idempotencyKey is the idempotency middleware's key of a command: the
+// IdempotencyKey of a CreateStaff (from the Idempotency-Key header), none
+// for the other commands.
+func idempotencyKey(p *middleware.Pipeline) string {
+	if c, ok := p.Command.(*commands.CreateStaff); ok {
+		return c.IdempotencyKey
 	}
 	return ""
 }

@@ -27,6 +27,21 @@ var schema = []string{
 	// One member of staff per email, stored normalised (lower case).
 	`CREATE UNIQUE INDEX IF NOT EXISTS staff_email_key ON staff (email)`,
 
+	// The events staff model's append-only log of StaffRegistered: no
+	// unique index on email (the staff table, its read model, has it).
+	`CREATE TABLE IF NOT EXISTS staff_event (
+	event_id    TEXT PRIMARY KEY,
+	staff_id    TEXT NOT NULL,
+	email       TEXT NOT NULL,
+	name        TEXT NOT NULL,
+	command_id  TEXT NOT NULL,
+	recorded_at BIGINT NOT NULL
+)`,
+	`CREATE INDEX IF NOT EXISTS staff_event_email ON staff_event (email)`,
+	`CREATE INDEX IF NOT EXISTS staff_event_staff_id ON staff_event (staff_id)`,
+	// The order in which a starting node's catch-up reads the events.
+	`CREATE INDEX IF NOT EXISTS staff_event_order ON staff_event (recorded_at, event_id)`,
+
 	`CREATE TABLE IF NOT EXISTS wallet (
 	wallet_id TEXT PRIMARY KEY,
 	currency  TEXT NOT NULL,

@@ -63,7 +63,7 @@ func (n *Node) signUp(ctx context.Context, c *commands.CreateStaff) (s Staff, cr
 	if err != nil || s.StaffID != "" {
 		return s, err == nil, err
 	}
-	stored, err := n.Staff(ctx, c.StaffID)
+	stored, err := n.storedStaff(ctx, c.StaffID)
 	if err != nil {
 		return Staff{}, false, err
 	}
@@ -74,7 +74,19 @@ func (n *Node) signUp(ctx context.Context, c *commands.CreateStaff) (s Staff, cr
 	return stored, false, nil
 }
 
+// storedStaff returns the member of staff id as the handler stored it: from
+// the staff table in the table model, from the events table in the events
+// model (the read model may not show it yet).
+func (n *Node) storedStaff(ctx context.Context, id string) (Staff, error) {
+	if n.model == StaffEvents {
+		return n.registered(ctx, id)
+	}
+	return n.Staff(ctx, id)
+}
+
 // Staff returns the member of staff id, or an error matching ErrNotFound.
+// In the events model it reads the read model, which shows a sign-up
+// Config.ProjectionLag (and a little more) after it was answered.
 func (n *Node) Staff(ctx context.Context, id string) (Staff, error) {
 	s := Staff{StaffID: id}
 	err := n.db().queryRow(ctx, `SELECT email, name FROM staff WHERE staff_id = $1`, id).Scan(&s.Email, &s.Name)
@@ -99,8 +111,11 @@ func (n *Node) StaffByEmail(ctx context.Context, email string) ([]Staff, error) 
 	return []Staff{s}, nil
 }
 
-// staffEmailTaken is the lookup of the email claims: it reads the table
-// createStaff writes, in the same database, outside any transaction.
+// staffEmailTaken is the lookup of the email claims: it reads the staff
+// table, outside any transaction. In the table model that is the table
+// createStaff writes, in the same database; in the events model it is the
+// read model, which lags behind the events registerStaff appends (the
+// reservations cover the lag).
 func (n *Node) staffEmailTaken(ctx context.Context, email string) (bool, error) {
 	return n.exists(ctx, `SELECT count(*) FROM staff WHERE email = $1`, email)
 }
