@@ -2,9 +2,11 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
@@ -141,4 +143,32 @@ func TestSendOutlivesItsContext(t *testing.T) {
 		require.NoError(t, <-ended)
 		require.Equal(t, 3, <-handled)
 	})
+}
+
+// slowPublisher is a Publisher whose Publish waits until the message's
+// context ends, then fails, as a first publish creating its topic's table
+// on a slow database does.
+type slowPublisher struct{ message.Publisher }
+
+func (p slowPublisher) Publish(_ string, msgs ...*message.Message) error {
+	<-msgs[0].Context().Done()
+	return fmt.Errorf("creating the topic: %w", msgs[0].Context().Err())
+}
+
+// A deadline that passes while the command is being published is a
+// timeout too: a *TimeoutError matching middleware.ErrTimeout, naming the
+// command, with nothing left pending.
+func TestDeadlineDuringPublishIsATimeout(t *testing.T) {
+	t.Parallel()
+	ps := newGoChannel(t)
+	b := startBus(t, bus.Config{Publisher: slowPublisher{ps}, Subscriber: ps, ReplyPublisher: ps, ReplySubscriber: ps}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := bus.Dispatch[string](ctx, b, &Echo{Text: "x"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, middleware.ErrTimeout)
+	var te *bus.TimeoutError
+	require.ErrorAs(t, err, &te)
+	require.ErrorContains(t, err, te.CommandID)
+	require.Zero(t, b.Pending())
 }

@@ -74,6 +74,11 @@ func (b *Bus) dispatch(ctx context.Context, cmd any) (r reply, id, name string, 
 		if b.waiters.remove(id) {
 			replyChans.Put(ch)
 		}
+		if ctx.Err() != nil {
+			// The deadline passed while publishing (a slow first publish
+			// that creates its topic's table, say): a timeout like any.
+			err = fmt.Errorf("%w (while publishing: %w)", timeoutError(ctx, id, name), err)
+		}
 		return reply{}, id, name, err
 	}
 	r, err = b.wait(ctx, ch, id, name)
