@@ -14,12 +14,11 @@ import (
 )
 
 // batchMode is how the batch statements that join arrays to the table go:
-// as unnamed statements, which
-// the server plans at each run for the arrays given and the table's size
-// now. A prepared statement's cached generic plan, made while the table
-// was small (a new table has no statistics until autovacuum analyzes it,
-// a minute or more later), joins the arrays to the table by a sequential
-// scan, and keeps doing so as the table grows.
+// as unnamed statements, which the server plans at each run for the arrays
+// given and the table's size now. A prepared statement's cached generic
+// plan, made while the table was small (a new table has no statistics
+// until autovacuum analyzes it, a minute or more later), joins the arrays
+// to the table by a sequential scan, and keeps doing so as the table grows.
 const batchMode = pgx.QueryExecModeExec
 
 // reserveReq is one call of Reserve; lagMicros is its maxLag in whole
