@@ -27,17 +27,26 @@
 //
 //   - under the claim, before the handler runs, the value is reserved
 //     (pending, owned by the command); once the handler succeeds it is
-//     confirmed (AfterDispatch), and a confirmed reservation keeps the value
-//     taken until the lookup shows it; when the handler fails it is
-//     cancelled (AfterFailure) and the value is free at once. A handler that
-//     commits and can fail afterwards (publishing its event) calls
-//     Committed right after its commit, which confirms at once;
+//     confirmed, and a confirmed reservation keeps the value taken until
+//     the lookup shows it; when the handler fails it is cancelled
+//     (AfterFailure) and the value is free at once. A handler that commits
+//     and can fail afterwards (publishing its event) calls Committed right
+//     after its commit, which confirms at once;
+//   - AfterDispatch starts the confirmation and returns without waiting for
+//     it: the claim is released and the sender answered meanwhile. Until it
+//     lands the reservation is pending, owned by a command that succeeded,
+//     so the value is taken all the same (the next claimant finds it held,
+//     the claimants queued behind the claim fail at once). The middleware
+//     owns the confirmations under way, each bounded by
+//     middleware.DefaultReleaseTimeout, and logs those that fail; Flush
+//     waits for them, as a process shutting down does;
 //   - a pending reservation whose owner is gone (a node that crashed, a
 //     claim whose lock was lost, between the handler's commit and the
-//     confirmation) is in doubt: its value stays taken until the lookup
-//     shows it (then taken for good) or maxLag passes without it appearing
-//     (then free). So a crash never produces a duplicate, provided the write
-//     shows within maxLag, and never blocks a value forever;
+//     confirmation, including after the answer and before the confirmation
+//     landed) is in doubt: its value stays taken until the lookup shows it
+//     (then taken for good) or maxLag passes without it appearing (then
+//     free). So a crash never produces a duplicate, provided the write shows
+//     within maxLag, and never blocks a value forever;
 //   - a reservation is dropped once the lookup shows its value, at the next
 //     claim of the value and by the sweeper (Sweep, RunSweeper), which runs
 //     on one node at a time: the store holds only values in flight or not
@@ -48,7 +57,8 @@
 // The store is a claimstore backend shared by every node: claimstore/postgres
 // on the database the Locker uses, claimstore/sqlite for one host, or the
 // memory store for one process. A claim with a reservation costs a
-// reservation write before the handler and a confirmation after it.
+// reservation write before the handler and a confirmation after it, which
+// the answer does not wait for.
 //
 // Keep a unique index on the column of the read model all the same, as the
 // last line of defence: the claims make it never fire, and it catches

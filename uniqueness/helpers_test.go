@@ -155,6 +155,7 @@ func newUniqueness(t testing.TB, cfg uniqueness.Config) *uniqueness.Middleware {
 	t.Helper()
 	m, err := uniqueness.New(cfg)
 	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Flush(context.Background())) })
 	return m
 }
 

@@ -181,6 +181,8 @@ type Middleware struct {
 	logger         *slog.Logger
 	onReleaseError ReleaseErrorFunc
 	compare        func(a, b lockstore.Key) int
+	// confirms counts the confirmations of reservations under way.
+	confirms inFlight
 }
 
 var _ middleware.Middleware = (*Middleware)(nil)
@@ -357,7 +359,8 @@ func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets [
 
 // AfterDispatch releases the claims after the handler succeeded. Each
 // release runs the lookup again when claimants wait, so they fail at once
-// now that the value exists.
+// now that the value exists. It starts the confirmation of the command's
+// reservations and returns without waiting for it (see Flush).
 func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) {
 	m.release(ctx, p, true)
 }

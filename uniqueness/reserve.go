@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/claimbus/claimbus/claimstore"
@@ -20,8 +21,8 @@ import (
 //
 // maxLag is how long a pending reservation whose owner is gone (a node that
 // crashed, a claim whose lock was lost, between the handler's commit and
-// the confirmation) keeps its value taken while the lookup does not show
-// it; after that the value is free again. Set it above the longest run of
+// the confirmation, which lands after the command's answer) keeps its
+// value taken while the lookup does not show it; after that the value is free again. Set it above the longest run of
 // the rule's handlers plus the longest lag of the read model: a write that
 // commits and is still not shown after maxLag can be duplicated. Required:
 // Validate refuses a maxLag that is not positive.
@@ -123,9 +124,10 @@ func (h *held) confirm(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// settle records how the command ended, confirming its reservations after
-// a success and cancelling the unconfirmed ones after a failure, before
-// the claims are released (their re-checks read the outcome).
+// settle records how the command ended, before the claims are released
+// (their re-checks read it): after a success it starts the confirmation of
+// the reservations not confirmed yet (see confirmLater); after a failure
+// it cancels them.
 func (m *Middleware) settle(ctx context.Context, p *middleware.Pipeline, h *held, ok bool) {
 	if !h.reserves {
 		return
@@ -133,11 +135,7 @@ func (m *Middleware) settle(ctx context.Context, p *middleware.Pipeline, h *held
 	ph := failed
 	if ok {
 		ph = succeeded
-		if err := h.confirm(ctx); err != nil {
-			m.logger.LogAttrs(ctx, slog.LevelError,
-				"reservation not confirmed: its value stays taken until the lookup shows it or maxLag passes",
-				slog.String("command_id", p.CommandUUID), slog.Any("error", err))
-		}
+		m.confirmLater(ctx, p.CommandUUID, h)
 	}
 	for gi := range h.groups {
 		g := &h.groups[gi]
@@ -146,6 +144,112 @@ func (m *Middleware) settle(ctx context.Context, p *middleware.Pipeline, h *held
 			g.cancelReserved(ctx)
 		}
 	}
+}
+
+// pendingConfirm is a reservation to confirm: its value, owner and store.
+type pendingConfirm struct {
+	store claimstore.Reservations
+	key   lockstore.Key
+	owner string
+}
+
+// confirmLater confirms the reservations of h, a command that succeeded,
+// that are not confirmed yet, on a goroutine of the middleware's (Flush
+// waits for it), so that neither the release of the claims nor the answer
+// to the sender waits for the confirmation. That is safe: until it is
+// confirmed, a reservation of a command that succeeded is pending with an
+// owner, so the next claimant of its value finds it taken for maxLag (and
+// the release re-checks count it taken without the store). The goroutine
+// reads nothing of h after confirmLater returns; each confirmation that
+// fails is logged.
+func (m *Middleware) confirmLater(ctx context.Context, commandID string, h *held) {
+	var todo []pendingConfirm
+	for gi := range h.groups {
+		g := &h.groups[gi]
+		for i := range g.targets {
+			if t := &g.targets[i]; t.reserved && !t.confirmed {
+				todo = append(todo, pendingConfirm{store: t.rule.reserve, key: t.key, owner: g.owner})
+			}
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	m.confirms.start()
+	go func() {
+		defer m.confirms.done()
+		cctx, cancel := context.WithTimeout(ctx, middleware.DefaultReleaseTimeout)
+		defer cancel()
+		for _, c := range todo {
+			err := c.store.Confirm(cctx, c.key, c.owner)
+			switch {
+			case err == nil:
+			case errors.Is(err, claimstore.ErrNotReserved):
+				m.logger.LogAttrs(ctx, slog.LevelWarn,
+					"reservation gone before its confirmation: dropped because the lookup shows its value, or taken over after maxLag",
+					slog.String("command_id", commandID), slog.String("key", c.key.String()), slog.Any("error", err))
+			default:
+				m.logger.LogAttrs(ctx, slog.LevelError,
+					"reservation not confirmed: its value stays taken until the lookup shows it or maxLag passes",
+					slog.String("command_id", commandID), slog.String("key", c.key.String()), slog.Any("error", err))
+			}
+		}
+	}()
+}
+
+// inFlight counts the goroutines of a middleware that confirm
+// reservations, for Flush.
+type inFlight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n falls to 0
+}
+
+func (f *inFlight) start() {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inFlight) done() {
+	f.mu.Lock()
+	f.n--
+	if f.n == 0 {
+		close(f.idle)
+	}
+	f.mu.Unlock()
+}
+
+// wait returns when none runs, or ctx's error when ctx ends first.
+func (f *inFlight) wait(ctx context.Context) error {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return nil
+	}
+	idle := f.idle
+	f.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush waits until the confirmations of reservations that AfterDispatch
+// started have ended (each within middleware.DefaultReleaseTimeout; the
+// failures are logged), or ctx ends. AfterDispatch returns before the
+// reservations of the command are confirmed (see "Reservations" in the
+// package documentation); call Flush when shutting down, once no command
+// runs any more, so that the process does not exit before them. It
+// returns ctx's error when ctx ended first.
+func (m *Middleware) Flush(ctx context.Context) error {
+	return m.confirms.wait(ctx)
 }
 
 // heldKey is the key under which the handler's context carries its

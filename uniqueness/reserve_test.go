@@ -3,6 +3,7 @@ package uniqueness_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,6 +153,7 @@ func TestReservationsHoldWhileTheReadModelLags(t *testing.T) {
 			require.EqualValues(t, 180, res.taken.Load())
 			require.Zero(t, table.backstop, "one StaffRegistered per email")
 			require.Len(t, table.events, 20)
+			require.NoError(t, mw.Flush(context.Background()))
 			require.Len(t, reservationsIn(t, store), 20, "every value reserved until the read model shows it")
 			for _, r := range reservationsIn(t, store) {
 				require.True(t, r.Confirmed, "%v", r)
@@ -318,6 +320,7 @@ func TestSweep(t *testing.T) {
 		require.NoError(t, err)
 	}
 	crashAfterClaim(t, mw, &commands.CreateStaff{StaffID: "dead", Email: "dead@x.org", Name: "N"}, "cmd-dead")
+	require.NoError(t, mw.Flush(ctx))
 
 	res, err := mw.Sweep(ctx)
 	require.NoError(t, err)
@@ -430,4 +433,69 @@ func TestReserveValidate(t *testing.T) {
 	require.NoError(t, uniqueness.Config{Locker: locks, Rules: []uniqueness.Rule{
 		eventRule(table, store, time.Hour), change(uniqueness.Reserve(store, time.Hour)),
 	}}.Validate())
+}
+
+// slowConfirms is a reservation store whose Confirm waits for release, and
+// then fails with err when err is set.
+type slowConfirms struct {
+	claimstore.Reservations
+	release chan struct{}
+	err     error
+}
+
+func (s *slowConfirms) Confirm(ctx context.Context, key lockstore.Key, owner string) error {
+	<-s.release
+	if s.err != nil {
+		return s.err
+	}
+	return s.Reservations.Confirm(ctx, key, owner)
+}
+
+// AfterDispatch answers the sender without waiting for the confirmation:
+// meanwhile the value is pending and owned, hence taken; Flush waits for
+// the confirmation, and a failed one is logged at Error.
+func TestConfirmationAfterTheAnswer(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "confirmed", true: "fails"}[fail], func(t *testing.T) {
+			t.Parallel()
+			table := newEventTable()
+			store := &slowConfirms{Reservations: claimstore.NewMemory(claimstore.MemoryConfig{}), release: make(chan struct{})}
+			if fail {
+				store.err = errors.New("the store went away")
+			}
+			logs := &logBuffer{}
+			mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t),
+				Rules:  []uniqueness.Rule{eventRule(table, store, time.Hour)},
+				Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			b := startBus(t, mw, handler(eventHandler(table)))
+			ctx := context.Background()
+
+			_, err := bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "first", Email: "ann@x.org", Name: "Ann"})
+			require.NoError(t, err, "answered before the confirmation")
+			rs := reservationsIn(t, store)
+			require.Len(t, rs, 1)
+			require.False(t, rs[0].Confirmed)
+			_, err = bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "second", Email: "ann@x.org", Name: "Ann"})
+			require.ErrorIs(t, err, middleware.ErrAlreadyTaken, "pending, owned by a command that succeeded: taken")
+
+			short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			defer cancel()
+			require.ErrorIs(t, mw.Flush(short), context.DeadlineExceeded, "the confirmation still runs")
+			close(store.release)
+			require.NoError(t, mw.Flush(ctx))
+			rs = reservationsIn(t, store)
+			require.Len(t, rs, 1)
+			require.Equal(t, !fail, rs[0].Confirmed)
+			recs := logs.records(t)
+			if !fail {
+				require.Empty(t, recs)
+				return
+			}
+			require.Len(t, recs, 1)
+			require.Equal(t, "ERROR", recs[0]["level"])
+			require.Contains(t, recs[0]["msg"], "reservation not confirmed")
+			require.Equal(t, "staff.email/ann@x.org", recs[0]["key"])
+		})
+	}
 }

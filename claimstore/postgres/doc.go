@@ -42,16 +42,19 @@
 // on its way). Two calls on one key never share a batch.
 // Config.BatchLanes lets more than one statement of a method run at once
 // (default 1: the largest batches, the least work for the server). Batch
-// statements go unprepared, planned at each run for the table as it is
-// then, since a cached plan made while the table was small keeps scanning
-// it whole once it has grown.
+// statements that join their arrays to a table (Confirm, Cancel, the read
+// of Reserve's holders) go unprepared, planned at each run for the table
+// as it is then, since a cached plan made while the table was small keeps
+// scanning it whole once it has grown. Reserve's write reads the table
+// only through its unique index, whatever the plan, and goes in the pool's
+// default mode (prepared, by default), like the single statements.
 //
 // Reserve writes in one statement (INSERT ... ON CONFLICT DO UPDATE ...
-// WHERE the value may be taken over) and reads the holders of the rows it
-// did not write in the same statement. Under READ COMMITTED that read may
-// miss a row committed after the statement began; those requests are sent
-// again, in a statement of their own, until each is written or sees its
-// holder. The holder reported may be a version of the row a moment old.
+// WHERE the value may be taken over), which returns the rows it wrote.
+// When some were not, a second statement reads their holders; a request
+// whose row shows no holder that holds (it changed between the two) is
+// sent again, until each is written or sees its holder. The holder
+// reported may be a version of the row a moment old.
 //
 // # Errors
 //

@@ -13,12 +13,12 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// batchMode is how the batch statements go: as unnamed statements, which
-// the server plans at each run for the arrays given and the table's size
-// now. A prepared statement's cached generic plan, made while the table
-// was small (a new table has no statistics until autovacuum analyzes it,
-// a minute or more later), joins the arrays to the table by a sequential
-// scan, and keeps doing so as the table grows.
+// batchMode is how the batch statements that join arrays to the table go:
+// as unnamed statements, which the server plans at each run for the arrays
+// given and the table's size now. A prepared statement's cached generic
+// plan, made while the table was small (a new table has no statistics
+// until autovacuum analyzes it, a minute or more later), joins the arrays
+// to the table by a sequential scan, and keeps doing so as the table grows.
 const batchMode = pgx.QueryExecModeExec
 
 // reserveReq is one call of Reserve; lagMicros is its maxLag in whole
@@ -58,82 +58,126 @@ func (s *Store) Reserve(ctx context.Context, key lockstore.Key, owner string, ma
 // reserveSQL writes the pending reservations of a batch of requests (whose
 // keys are distinct) where they may: the row is free, or the requester's,
 // or pending and at least lag old. The conflict clause sees, and locks, the
-// newest version of a row; the left join on the table, for the holders of
-// the rows not written, reads the statement's snapshot, which may miss a
-// row committed since it began (or show an older version of it): the
-// caller tries those requests again.
+// newest version of a row. It returns the keys it wrote.
+//
+// It reads no table but through the conflict clause's unique index, so
+// every plan of it is good whatever the table's size, and it is prepared
+// (the pool's default mode) like the store's single statements: planning
+// it at each run cost the server more than running it.
 func (s *Store) reserveSQL() string {
 	return `WITH req AS (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) WITH ORDINALITY AS r(namespace, id, owner, lag, ord)
-	), ins AS (
-		INSERT INTO ` + s.reservations + ` AS t (namespace, id, owner, confirmed, at)
-		SELECT namespace, id, owner, false, now() FROM req ORDER BY namespace, id
-		ON CONFLICT (namespace, id) DO UPDATE SET owner = excluded.owner, confirmed = false, at = now()
-		WHERE t.owner = excluded.owner OR (NOT t.confirmed AND t.at <= now() - interval '1 microsecond' *
-			(SELECT req.lag FROM req WHERE req.namespace = excluded.namespace AND req.id = excluded.id))
-		RETURNING t.namespace, t.id
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS r(namespace, id, owner, lag)
 	)
-	SELECT req.ord, ins.id IS NOT NULL, cur.owner, cur.confirmed,
-		floor(extract(epoch FROM now() - cur.at) * 1000000)::int8
-	FROM req
-	LEFT JOIN ins ON ins.namespace = req.namespace AND ins.id = req.id
-	LEFT JOIN LATERAL (SELECT c.owner, c.confirmed, c.at FROM ` + s.reservations + ` c
-		WHERE ins.id IS NULL AND c.namespace = req.namespace AND c.id = req.id) cur ON true`
+	INSERT INTO ` + s.reservations + ` AS t (namespace, id, owner, confirmed, at)
+	SELECT namespace, id, owner, false, now() FROM req ORDER BY namespace, id
+	ON CONFLICT (namespace, id) DO UPDATE SET owner = excluded.owner, confirmed = false, at = now()
+	WHERE t.owner = excluded.owner OR (NOT t.confirmed AND t.at <= now() - interval '1 microsecond' *
+		(SELECT req.lag FROM req WHERE req.namespace = excluded.namespace AND req.id = excluded.id))
+	RETURNING t.namespace, t.id`
 }
 
-// reserveBatch answers a batch of Reserve calls, in as many statements as
-// it takes for every request to be written or to see its holder.
+// holdersSQL reads the holders of the rows a reserveSQL did not write, in
+// a statement of its own (whose snapshot, taken after the write ended,
+// shows every holder the write saw committed, unless it changed since).
+// It joins arrays to the table, so it goes unprepared (batchMode).
+func (s *Store) holdersSQL() string {
+	return `SELECT r.ord, c.owner, c.confirmed, floor(extract(epoch FROM now() - c.at) * 1000000)::int8
+	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(namespace, id, ord)
+	LEFT JOIN ` + s.reservations + ` c ON c.namespace = r.namespace AND c.id = r.id`
+}
+
+// reserveBatch answers a batch of Reserve calls: one statement writes
+// what it may, and when some rows were not written a second one reads
+// their holders. It repeats for the requests whose holder the read did
+// not show holding (the row changed between the two statements) until
+// each is written or sees its holder.
 func (s *Store) reserveBatch(ctx context.Context, reqs []reserveReq) ([]reserveRes, error) {
 	out := make([]reserveRes, len(reqs))
 	todo := make([]int, len(reqs)) // indexes into reqs still unanswered
 	for i := range todo {
 		todo[i] = i
 	}
-	q := s.reserveSQL()
 	for len(todo) > 0 {
 		ns, ids, owners, lags := make([]string, len(todo)), make([]string, len(todo)), make([]string, len(todo)), make([]int64, len(todo))
 		for j, i := range todo {
 			ns[j], ids[j], owners[j], lags[j] = reqs[i].key.Namespace, reqs[i].key.ID, reqs[i].owner, reqs[i].lagMicros
 		}
-		rows, err := s.pool.Query(ctx, q, batchMode, ns, ids, owners, lags)
+		written, err := s.reserveWrite(ctx, ns, ids, owners, lags)
 		if err != nil {
 			return nil, err
 		}
-		var again []int
-		for rows.Next() {
-			var (
-				ord       int64
-				written   bool
-				owner     *string
-				confirmed *bool
-				ageMicros *int64
-			)
-			if err := rows.Scan(&ord, &written, &owner, &confirmed, &ageMicros); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			i := todo[ord-1]
-			r := reqs[i]
-			switch {
-			case written:
+		var left []int // indexes into reqs not written
+		for _, i := range todo {
+			if _, ok := written[reqs[i].key]; ok {
 				out[i] = reserveRes{reserved: true}
-			case owner == nil || *owner == r.owner || !*confirmed && *ageMicros >= r.lagMicros:
-				// Not written, yet the snapshot shows no holder that
-				// holds: the row changed since the statement began.
-				again = append(again, i)
-			default:
-				out[i] = reserveRes{held: claimstore.Reservation{
-					Key: r.key, Owner: *owner, Confirmed: *confirmed, Age: max(time.Duration(*ageMicros)*time.Microsecond, 0),
-				}}
+			} else {
+				left = append(left, i)
 			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if todo, err = s.readHolders(ctx, reqs, left, out); err != nil {
 			return nil, err
 		}
-		todo = again
 	}
 	return out, nil
+}
+
+// reserveWrite runs reserveSQL and returns the keys it wrote.
+func (s *Store) reserveWrite(ctx context.Context, ns, ids, owners []string, lags []int64) (map[lockstore.Key]struct{}, error) {
+	rows, err := s.pool.Query(ctx, s.reserveQ, ns, ids, owners, lags)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	written := make(map[lockstore.Key]struct{}, len(ns))
+	for rows.Next() {
+		var k lockstore.Key
+		if err := rows.Scan(&k.Namespace, &k.ID); err != nil {
+			return nil, err
+		}
+		written[k] = struct{}{}
+	}
+	return written, rows.Err()
+}
+
+// readHolders sets out[i], for each i of left, to the holder of reqs[i]'s
+// row, and returns the indexes whose row shows no holder that holds: they
+// are to be sent again.
+func (s *Store) readHolders(ctx context.Context, reqs []reserveReq, left []int, out []reserveRes) (again []int, err error) {
+	if len(left) == 0 {
+		return nil, nil
+	}
+	ns, ids := make([]string, len(left)), make([]string, len(left))
+	for j, i := range left {
+		ns[j], ids[j] = reqs[i].key.Namespace, reqs[i].key.ID
+	}
+	rows, err := s.pool.Query(ctx, s.holdersQ, batchMode, ns, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			ord       int64
+			owner     *string
+			confirmed *bool
+			ageMicros *int64
+		)
+		if err := rows.Scan(&ord, &owner, &confirmed, &ageMicros); err != nil {
+			return nil, err
+		}
+		i := left[ord-1]
+		r := reqs[i]
+		if owner == nil || *owner == r.owner || !*confirmed && *ageMicros >= r.lagMicros {
+			// Not written, yet the row shows no holder that holds: it
+			// changed since the write.
+			again = append(again, i)
+			continue
+		}
+		out[i] = reserveRes{held: claimstore.Reservation{
+			Key: r.key, Owner: *owner, Confirmed: *confirmed, Age: max(time.Duration(*ageMicros)*time.Microsecond, 0),
+		}}
+	}
+	return again, rows.Err()
 }
 
 // Confirm implements claimstore.Reservations. Calls made while another

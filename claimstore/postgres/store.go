@@ -36,6 +36,8 @@ type Store struct {
 	// of the tables.
 	reservations string
 	outcomes     string
+	// reserveQ and holdersQ are the statements of Reserve.
+	reserveQ, holdersQ string
 
 	reserve *batcher[reserveReq, reserveRes]
 	confirm *batcher[ownedReq, bool]
@@ -61,6 +63,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		reservations: pgx.Identifier{cfg.Schema, reservationTable}.Sanitize(),
 		outcomes:     pgx.Identifier{cfg.Schema, outcomeTable}.Sanitize(),
 	}
+	s.reserveQ, s.holdersQ = s.reserveSQL(), s.holdersSQL()
 	s.reserve = newBatcher(cfg.MaxBatch, cfg.BatchLanes, reserveReq.rowKey, s.reserveBatch)
 	s.confirm = newBatcher(cfg.MaxBatch, cfg.BatchLanes, nil, s.confirmBatch)
 	s.cancel = newBatcher(cfg.MaxBatch, cfg.BatchLanes, nil, s.cancelBatch)
