@@ -348,10 +348,14 @@ func (n *Node) startBackground(cfg Config, idem *idempotency.Middleware) {
 const projectionDrainTimeout = 10 * time.Second
 
 // Close stops the node's bus (running commands finish and answer first),
-// lets the projection apply the events published so far, and stops the
-// projection, the sweeper and the purger.
+// waits for the confirmations of their reservations, lets the projection
+// apply the events published so far, and stops the projection, the
+// sweeper and the purger.
 func (n *Node) Close() error {
 	err := n.bus.Close()
+	fctx, cancel := context.WithTimeout(context.Background(), middleware.DefaultReleaseTimeout)
+	err = errors.Join(err, n.unique.Flush(fctx))
+	cancel()
 	err = errors.Join(err, n.closeProjection())
 	n.stop()
 	<-n.done
