@@ -11,6 +11,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // numShards is the number of independently locked parts of a Claimer's
@@ -173,7 +174,9 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	}
 	sh.mu.Unlock()
 
-	lk, err := c.lock(ctx, key, settled, wait)
+	lctx, end := observe.StartStep(ctx, observe.StepLock, key.Namespace)
+	lk, err := c.lock(lctx, key, settled, wait)
+	end(err)
 	if err != nil {
 		sh.mu.Lock()
 		st.waiting--

@@ -14,6 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // DefaultClaimTimeout bounds the wait for the claims of one command when
@@ -35,6 +36,8 @@ type held struct {
 	// rule of one of them reserves.
 	groups   []group
 	reserves bool
+	// endHold ends the step of holding the claims (observe.StepClaimHold).
+	endHold  observe.EndFunc
 	claimBuf [2]*Claim
 	targets  [4]target
 	groupBuf [2]group
@@ -66,7 +69,9 @@ func (g *group) taken(ctx context.Context) (bool, error) {
 			g.hit = t.rule
 			return true, nil
 		}
-		taken, err := t.rule.taken(ctx, t.key.ID)
+		lctx, end := observe.StartStep(ctx, observe.StepLookup, t.rule.field)
+		taken, err := t.rule.taken(lctx, t.key.ID)
+		end(err)
 		if err != nil {
 			g.hit = t.rule
 			g.cancelReserved(ctx)
@@ -262,6 +267,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	if h == nil {
 		return
 	}
+	ctx = stepContext(ctx, p)
 	owner := p.CommandUUID
 	for _, t := range targets {
 		if t.rule.reserve != nil {
@@ -299,7 +305,9 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 			wait = max(m.timeout-time.Since(start), time.Nanosecond)
 		}
 		i = j
-		cl, err := m.claimer.claim(ctx, g.targets[0].key, g, wait)
+		wctx, end := observe.StartStep(ctx, observe.StepClaimWait, g.targets[0].rule.field)
+		cl, err := m.claimer.claim(wctx, g.targets[0].key, g, wait)
+		end(err)
 		if err != nil {
 			m.settle(ctx, p, h, false)
 			m.releaseAll(ctx, p.CommandUUID, claims, true)
@@ -314,11 +322,22 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	}
 	p.SetContext(hctx)
 	h.claims, h.cancel = claims, cancel
+	_, h.endHold = observe.StartStep(ctx, observe.StepClaimHold, p.CommandName)
 	for _, cl := range claims {
 		m.claimer.watchLost(cl, cancel)
 	}
 	p.Assign(AssignClaims, h)
 	writeBack(p, targets) // after Assign: a panic in it still releases the claims
+}
+
+// stepContext returns ctx carrying the observe.Tracer of p's handler
+// context, if any, so that the hooks' steps reach the tracer a telemetry
+// middleware set there; ctx itself when there is none.
+func stepContext(ctx context.Context, p *middleware.Pipeline) context.Context {
+	if t := observe.TracerFromContext(p.Context()); t != nil {
+		return observe.ContextWithTracer(ctx, t)
+	}
+	return ctx
 }
 
 // halt stops the command whose claim on field failed with err.
@@ -376,9 +395,11 @@ func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline, ok boo
 	if !isHeld {
 		return
 	}
+	ctx = stepContext(ctx, p)
 	m.settle(ctx, p, h, ok)
 	m.releaseAll(ctx, p.CommandUUID, h.claims, false)
 	h.cancel(context.Canceled)
+	h.endHold(p.Err())
 }
 
 // releaseAll releases the claims of command commandID in reverse order,

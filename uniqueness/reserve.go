@@ -11,6 +11,7 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // Reserve makes a rule keep a durable reservation of each value it claims,
@@ -64,7 +65,9 @@ const (
 // reserve writes the pending reservation of t's value for the group's
 // owner, and reports whether another holds the value.
 func (g *group) reserve(ctx context.Context, t *target) (heldByOther bool, err error) {
-	_, ok, err := t.rule.reserve.Reserve(ctx, t.key, g.owner, t.rule.maxLag)
+	rctx, end := observe.StartStep(ctx, observe.StepReservationWrite, t.rule.field)
+	_, ok, err := t.rule.reserve.Reserve(rctx, t.key, g.owner, t.rule.maxLag)
+	end(err)
 	if err != nil {
 		return false, fmt.Errorf("field %s: reservation: %w", t.rule.field, err)
 	}
@@ -92,7 +95,9 @@ func (g *group) cancelReserved(ctx context.Context) {
 		}
 		t.reserved = false
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), middleware.DefaultReleaseTimeout)
+		cctx, end := observe.StartStep(cctx, observe.StepReservationWrite, t.rule.field)
 		err := t.rule.reserve.Cancel(cctx, t.key, g.owner)
+		end(err)
 		cancel()
 		if err != nil {
 			g.m.logger.LogAttrs(ctx, slog.LevelWarn,
@@ -113,7 +118,10 @@ func (h *held) confirm(ctx context.Context) error {
 			if !t.reserved || t.confirmed {
 				continue
 			}
-			if err := t.rule.reserve.Confirm(ctx, t.key, g.owner); err != nil {
+			cctx, end := observe.StartStep(ctx, observe.StepReservationWrite, t.rule.field)
+			err := t.rule.reserve.Confirm(cctx, t.key, g.owner)
+			end(err)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("uniqueness: confirm the reservation of %s: %w", t.key, err))
 				continue
 			}

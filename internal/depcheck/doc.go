@@ -1,5 +1,5 @@
 // Package depcheck holds no code, only a test that keeps heavy
-// dependencies (pgx, SQLite, watermill-sql, NATS and watermill-nats) out
+// dependencies (pgx, SQLite, watermill-sql, NATS and watermill-nats, OpenTelemetry) out
 // of the packages that must stay light: importing lockstore, middleware,
-// uniqueness, bus or commands must not compile them.
+// uniqueness, bus, commands, claimstore or observe must not compile them.
 package depcheck
