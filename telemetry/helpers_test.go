@@ -48,7 +48,7 @@ func (u *users) create(_ context.Context, c *CreateUser) (string, error) {
 
 // newUnique returns a uniqueness middleware on a memory store claiming
 // CreateUser's email, and the store.
-func newUnique(t *testing.T, db *users) (*uniqueness.Middleware, *lockstore.Memory) {
+func newUnique(t testing.TB, db *users) (*uniqueness.Middleware, *lockstore.Memory) {
 	t.Helper()
 	store, err := lockstore.NewMemory(lockstore.MemoryConfig{})
 	require.NoError(t, err)

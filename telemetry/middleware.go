@@ -15,18 +15,19 @@ import (
 	"github.com/claimbus/claimbus/observe"
 )
 
-// AssignCommand is the key under which BeforeDispatch keeps the command's
-// telemetry in the pipeline's Assigns.
-const AssignCommand = "telemetry.command"
-
 var _ middleware.Middleware = (*Telemetry)(nil)
+
+// consumerKind is made once: an option boxed per command allocates.
+var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
 
 // command is the telemetry of one command run: its span and start, and
 // the tracer of its steps.
 type command struct {
 	stepTracer
+	p     *middleware.Pipeline
 	ctx   context.Context // carries span
 	start time.Time
+	names *names
 }
 
 // BeforeDispatch starts the command's span, a child of the trace context
@@ -47,11 +48,10 @@ func (t *Telemetry) BeforeDispatch(_ context.Context, p *middleware.Pipeline) {
 	if p.CausationID != "" {
 		n = 4
 	}
-	ctx, span := t.tracer.Start(parent, "handle "+p.CommandName,
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs[:n]...))
-	c := &command{stepTracer: stepTracer{t: t, fallback: span}, ctx: ctx, start: time.Now()}
+	names := t.namesOf(p.CommandName)
+	ctx, span := t.tracer.Start(parent, names.span, consumerKind, trace.WithAttributes(attrs[:n]...))
+	c := &command{stepTracer: stepTracer{t: t, fallback: span}, p: p, ctx: ctx, start: time.Now(), names: names}
 	p.SetContext(observe.ContextWithTracer(ctx, c))
-	p.Assign(AssignCommand, c)
 }
 
 // AfterDispatch ends the command's span and counts it as done.
@@ -62,22 +62,22 @@ func (t *Telemetry) AfterFailure(_ context.Context, p *middleware.Pipeline) { t.
 
 // end ends the command of p: its span, its counts and its duration.
 func (t *Telemetry) end(p *middleware.Pipeline) {
-	v, _ := p.Assigned(AssignCommand)
-	c, ok := v.(*command)
-	if !ok {
+	// Found in the pipeline's context, which the later hooks derive from
+	// the one BeforeDispatch set (see middleware.Pipeline.SetContext): no
+	// Assigns map to allocate.
+	c, ok := observe.TracerFromContext(p.Context()).(*command)
+	if !ok || c.p != p {
 		return
 	}
 	span := c.fallback
 	outcome := OutcomeOK
 	err := p.Err()
-	var rej *middleware.Rejection
-	switch {
+	switch rej := rejection(err); {
 	case err == nil:
-	case errors.As(err, &rej):
+	case rej != nil:
 		outcome = OutcomeRejected
 		span.SetAttributes(AttrRejectionCode.String(rej.Code), AttrRejectionField.String(rej.Field))
-		t.inst.rejections.Add(c.ctx, 1, metric.WithAttributes(
-			AttrCommandName.String(p.CommandName), AttrRejectionCode.String(rej.Code), AttrRejectionField.String(rej.Field)))
+		t.inst.rejections.Add(c.ctx, 1, c.names.rejection(rej.Code, rej.Field)...)
 		if rej.Code == middleware.CodeUnavailable || rej.Code == middleware.CodeTimeout {
 			// Not the sender's mistake: trouble to look at.
 			span.SetStatus(codes.Error, err.Error())
@@ -88,10 +88,22 @@ func (t *Telemetry) end(p *middleware.Pipeline) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.SetAttributes(AttrOutcome.String(outcome))
-	set := metric.WithAttributeSet(attribute.NewSet(AttrCommandName.String(p.CommandName), AttrOutcome.String(outcome)))
-	t.inst.commands.Add(c.ctx, 1, set)
-	t.inst.commandDuration.Record(c.ctx, time.Since(c.start).Seconds(), set)
+	o := c.names.outcome[outcome]
+	t.inst.commands.Add(c.ctx, 1, o.add...)
+	t.inst.commandDuration.Record(c.ctx, time.Since(c.start).Seconds(), o.record...)
 	span.End()
+}
+
+// rejection returns the *middleware.Rejection in err's chain, or nil.
+func rejection(err error) *middleware.Rejection {
+	if err == nil {
+		return nil // before errors.As: its target escapes
+	}
+	var rej *middleware.Rejection
+	if errors.As(err, &rej) {
+		return rej
+	}
+	return nil
 }
 
 // stepTracer makes a span of each step, a child of the span in the step's
@@ -102,8 +114,15 @@ type stepTracer struct {
 	fallback trace.Span
 }
 
-// StartStep starts the span of step.
+// StartStep starts the span of step; the holding of claims, which the
+// command's span covers, is measured only (MetricClaimHold).
 func (s *stepTracer) StartStep(ctx context.Context, step, detail string) (context.Context, observe.EndFunc) {
+	if step == observe.StepClaimHold {
+		start := time.Now()
+		return ctx, func(error) {
+			s.t.inst.claimHold.Record(ctx, time.Since(start).Seconds(), s.t.namesOf(detail).hold...)
+		}
+	}
 	if s.fallback != nil && !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = trace.ContextWithSpan(ctx, s.fallback)
 	}
@@ -111,8 +130,6 @@ func (s *stepTracer) StartStep(ctx context.Context, step, detail string) (contex
 	switch step {
 	case observe.StepLock, observe.StepSerialize:
 		attr = AttrKeyNamespace.String(detail)
-	case observe.StepClaimHold:
-		attr = AttrCommandName.String(detail)
 	default:
 		attr = AttrField.String(detail)
 	}
@@ -127,8 +144,6 @@ func (s *stepTracer) StartStep(ctx context.Context, step, detail string) (contex
 		case observe.StepClaimWait:
 			s.t.inst.claimWait.Record(ctx, time.Since(start).Seconds(),
 				metric.WithAttributes(attr, AttrStepFailed.Bool(err != nil)))
-		case observe.StepClaimHold:
-			s.t.inst.claimHold.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attr))
 		}
 		span.End()
 	}

@@ -48,6 +48,8 @@ type Telemetry struct {
 	lockers  []observed[lockstore.StatsReporter]
 	claimers []observed[ClaimsReporter]
 	reg      metric.Registration
+
+	names sync.Map // command name → *names
 }
 
 // observed is a store registered for observable instruments, with the

@@ -104,7 +104,7 @@ func TestTraceCrossesTransport(t *testing.T) {
 	require.Equal(t, "email", rejected[telemetry.AttrRejectionField].AsString())
 
 	// The steps of the first command: its claim wait, with the lock and
-	// lookup inside, and the holding of the claim.
+	// lookup inside.
 	first := cmds[0].SpanContext()
 	var waits []sdktrace.ReadOnlySpan
 	for _, s := range spansNamed(b.rec, observe.StepClaimWait) {
@@ -120,9 +120,7 @@ func TestTraceCrossesTransport(t *testing.T) {
 	require.Len(t, lookup, 2, "one lookup per command")
 	childOf(t, waits[0].SpanContext(), lock[0])
 	childOf(t, waits[0].SpanContext(), lookup[0])
-	hold := spansNamed(b.rec, observe.StepClaimHold)
-	require.Len(t, hold, 1, "only the command that got its claim held it")
-	childOf(t, first, hold[0])
+	require.Empty(t, spansNamed(b.rec, observe.StepClaimHold), "the holding is measured, not a span")
 
 	// Node A made no command span: only the caller's.
 	require.Empty(t, spansNamed(a.rec, name))
