@@ -140,6 +140,7 @@ func TestServeFlags(t *testing.T) {
 		{"nats url not nats", func(f *serveFlags) { f.transport, f.natsURL = "nats", "http://127.0.0.1:4222" }, []string{"want a nats://"}},
 		{"nats url no host", func(f *serveFlags) { f.transport, f.natsURL = "nats", "nats://127.0.0.1:4222,nats://" }, []string{"no host"}},
 		{"log level", func(f *serveFlags) { f.logLevel = "loud" }, []string{`-log-level "loud"`}},
+		{"trace", func(f *serveFlags) { f.trace = "jaeger" }, []string{`-trace "jaeger": want off or stdout`}},
 		{"hold email", func(f *serveFlags) { f.holdEmail = "nope" }, []string{"-test-hold-email"}},
 		{"everything at once", func(f *serveFlags) {
 			*f = serveFlags{addr: "x", transport: "kafka", logLevel: "loud"}

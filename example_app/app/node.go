@@ -11,7 +11,9 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/telemetry"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
@@ -83,6 +85,11 @@ type Config struct {
 	// started, is not applied (see bus.Dispatch). Default
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// Telemetry, when set, traces and measures the node's commands: it
+	// runs first, carries trace context across the transport (OnSend),
+	// and observes the lock store (when it reports lockstore.Stats) and
+	// the claims, named by Name. Default nil: none.
+	Telemetry *telemetry.Telemetry
 }
 
 // Validate reports every problem of the configuration at once.
@@ -163,13 +170,21 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	bcfg := cfg.Bus
-	bcfg.Middleware = append([]middleware.Middleware{
+	var first []middleware.Middleware
+	if t := cfg.Telemetry; t != nil {
+		first, bcfg.OnSend = []middleware.Middleware{t}, t.OnSend
+		if err := observeStores(t, n.name, n.backend.Locker(), unique); err != nil {
+			return nil, err
+		}
+	}
+	bcfg.Middleware = append(first, []middleware.Middleware{
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
 		middleware.Hooks{AfterFail: n.logUnavailable},
 		middleware.Validate(),
 		unique,
 		locks,
-	}, cfg.Middleware...)
+	}...)
+	bcfg.Middleware = append(bcfg.Middleware, cfg.Middleware...)
 	b, err := bus.New(bcfg)
 	if err != nil {
 		return nil, err
@@ -188,6 +203,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.bus = b
 	return n, nil
+}
+
+// observeStores has t observe the node's lock store, when it reports
+// lockstore.Stats, and its claims, both named name.
+func observeStores(t *telemetry.Telemetry, name string, l lockstore.Locker, claims *uniqueness.Middleware) error {
+	if r, ok := l.(lockstore.StatsReporter); ok {
+		if err := t.ObserveLocker(name, r); err != nil {
+			return err
+		}
+	}
+	return t.ObserveClaims(name, claims)
 }
 
 // Close stops the node's bus: running commands finish and answer first.
