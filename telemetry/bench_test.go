@@ -11,6 +11,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/middleware"
@@ -20,17 +22,31 @@ import (
 // Ping is the command of the benchmarks without claims.
 type Ping struct{ N int }
 
-// benchTelemetry returns Telemetry on real SDK providers: every span
-// sampled and ended into a batch processor (as in production) with a no-op
-// exporter, metrics aggregated for a manual
-// reader nobody reads.
-func benchTelemetry(b *testing.B) *telemetry.Telemetry {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+// Modes of the benchmarks.
+const (
+	modeOff         = "off"         // no telemetry: the seams unset
+	modeOn          = "on"          // every span sampled
+	modeSampled     = "sampled-10%" // spans of one command in ten sampled
+	modeMetricsOnly = "metrics"     // the no-op tracer, metrics only
+)
+
+// benchTelemetry returns Telemetry on real SDK providers: spans ended
+// into a batch processor (as in production) with a no-op exporter, every
+// one sampled in modeOn, one in ten in modeSampled, none made in
+// modeMetricsOnly; metrics aggregated for a manual reader nobody reads.
+func benchTelemetry(b *testing.B, mode string) *telemetry.Telemetry {
+	var tp trace.TracerProvider = noop.NewTracerProvider()
+	if mode != modeMetricsOnly {
+		sampler := sdktrace.AlwaysSample()
+		if mode == modeSampled {
+			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))
+		}
+		sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sampler))
+		b.Cleanup(func() { require.NoError(b, sdk.Shutdown(context.Background())) })
+		tp = sdk
+	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	b.Cleanup(func() {
-		require.NoError(b, tp.Shutdown(context.Background()))
-		require.NoError(b, mp.Shutdown(context.Background()))
-	})
+	b.Cleanup(func() { require.NoError(b, mp.Shutdown(context.Background())) })
 	tel, err := telemetry.New(telemetry.Config{TracerProvider: tp, MeterProvider: mp})
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, tel.Close()) })
@@ -39,18 +55,17 @@ func benchTelemetry(b *testing.B) *telemetry.Telemetry {
 
 // BenchmarkDispatch is a Dispatch over a GoChannel, handled by a no-op
 // handler, with telemetry off (nothing set) and on (the middleware first,
-// OnSend, real SDK providers); with and without a uniqueness claim on a
-// memory store.
+// OnSend, real SDK providers; see the modes); with and without a
+// uniqueness claim on a memory store.
 func BenchmarkDispatch(b *testing.B) {
 	for _, claims := range []bool{false, true} {
-		for _, on := range []bool{false, true} {
-			name := "claims=" + strconv.FormatBool(claims) + "/telemetry=" + map[bool]string{false: "off", true: "on"}[on]
-			b.Run(name, func(b *testing.B) {
+		for _, mode := range []string{modeOff, modeOn, modeSampled, modeMetricsOnly} {
+			b.Run("claims="+strconv.FormatBool(claims)+"/telemetry="+mode, func(b *testing.B) {
 				ps := newGoChannel(b)
 				cfg := bus.Config{Publisher: ps, Subscriber: ps}
 				var mws []middleware.Middleware
-				if on {
-					tel := benchTelemetry(b)
+				if mode != modeOff {
+					tel := benchTelemetry(b, mode)
 					cfg.OnSend = tel.OnSend
 					mws = append(mws, tel)
 				}
@@ -114,7 +129,7 @@ func processCPU() time.Duration {
 func BenchmarkHooks(b *testing.B) {
 	ctx := context.Background()
 	b.Run("hooks", func(b *testing.B) {
-		tel := benchTelemetry(b)
+		tel := benchTelemetry(b, modeOn)
 		b.ReportAllocs()
 		for b.Loop() {
 			p := middleware.NewPipeline(ctx, &Ping{})

@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -126,25 +125,24 @@ func (s *stepTracer) StartStep(ctx context.Context, step, detail string) (contex
 	if s.fallback != nil && !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = trace.ContextWithSpan(ctx, s.fallback)
 	}
-	var attr attribute.KeyValue
-	switch step {
-	case observe.StepLock, observe.StepSerialize:
-		attr = AttrKeyNamespace.String(detail)
-	default:
-		attr = AttrField.String(detail)
-	}
-	ctx, span := s.t.tracer.Start(ctx, step, trace.WithAttributes(attr))
+	o := s.t.stepOptionsOf(step, detail)
+	ctx, span := s.t.tracer.Start(ctx, step, o.start...)
 	start := time.Now()
 	return ctx, func(err error) {
 		if err != nil {
 			span.SetAttributes(AttrStepFailed.Bool(true))
 			span.SetStatus(codes.Error, err.Error())
 		}
-		switch step {
-		case observe.StepClaimWait:
-			s.t.inst.claimWait.Record(ctx, time.Since(start).Seconds(),
-				metric.WithAttributes(attr, AttrStepFailed.Bool(err != nil)))
+		if step == observe.StepClaimWait {
+			s.t.inst.claimWait.Record(ctx, time.Since(start).Seconds(), o.wait[boolIndex(err != nil)]...)
 		}
 		span.End()
 	}
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

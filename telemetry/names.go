@@ -5,6 +5,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/claimbus/claimbus/observe"
 )
 
 // names is what Telemetry keeps per command name, so that a command
@@ -56,4 +59,32 @@ func (n *names) rejection(code, field string) []metric.AddOption {
 	o := optionsOf(attribute.NewSet(n.name, AttrRejectionCode.String(code), AttrRejectionField.String(field))).add
 	v, _ := n.rejections.LoadOrStore(k, o)
 	return v.([]metric.AddOption)
+}
+
+// stepOptions are the ready options of one step and detail: its span's
+// start options and, for a claim wait, the histogram's attributes when it
+// succeeded ([0]) and failed ([1]).
+type stepOptions struct {
+	start []trace.SpanStartOption
+	wait  [2][]metric.RecordOption
+}
+
+type stepKey struct{ step, detail string }
+
+// stepOptionsOf returns the options of step with detail, made on first use.
+func (t *Telemetry) stepOptionsOf(step, detail string) *stepOptions {
+	k := stepKey{step, detail}
+	if o, ok := t.steps.Load(k); ok {
+		return o.(*stepOptions)
+	}
+	attr := AttrField.String(detail)
+	if step == observe.StepLock || step == observe.StepSerialize {
+		attr = AttrKeyNamespace.String(detail)
+	}
+	o := &stepOptions{start: []trace.SpanStartOption{trace.WithAttributes(attr)}}
+	for i, failed := range []bool{false, true} {
+		o.wait[i] = optionsOf(attribute.NewSet(attr, AttrStepFailed.Bool(failed))).record
+	}
+	v, _ := t.steps.LoadOrStore(k, o)
+	return v.(*stepOptions)
 }

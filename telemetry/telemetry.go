@@ -50,6 +50,7 @@ type Telemetry struct {
 	reg      metric.Registration
 
 	names sync.Map // command name → *names
+	steps sync.Map // stepKey → *stepOptions
 }
 
 // observed is a store registered for observable instruments, with the
