@@ -11,12 +11,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/telemetry"
+	"github.com/claimbus/claimbus/telemetry/telemetrytest"
 )
 
 // Ping is the command of the benchmarks without claims.
@@ -30,27 +29,17 @@ const (
 	modeMetricsOnly = "metrics"     // the no-op tracer, metrics only
 )
 
-// benchTelemetry returns Telemetry on real SDK providers: spans ended
-// into a batch processor (as in production) with a no-op exporter, every
-// one sampled in modeOn, one in ten in modeSampled, none made in
-// modeMetricsOnly; metrics aggregated for a manual reader nobody reads.
+// benchTelemetry returns Telemetry for mode on real SDK providers (see
+// telemetrytest.New).
 func benchTelemetry(b *testing.B, mode string) *telemetry.Telemetry {
-	var tp trace.TracerProvider = noop.NewTracerProvider()
-	if mode != modeMetricsOnly {
-		sampler := sdktrace.AlwaysSample()
-		if mode == modeSampled {
-			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))
-		}
-		sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sampler))
-		b.Cleanup(func() { require.NoError(b, sdk.Shutdown(context.Background())) })
-		tp = sdk
+	switch mode {
+	case modeOn:
+		return telemetrytest.New(b, sdktrace.AlwaysSample())
+	case modeSampled:
+		return telemetrytest.New(b, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1)))
+	default:
+		return telemetrytest.New(b, nil)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	b.Cleanup(func() { require.NoError(b, mp.Shutdown(context.Background())) })
-	tel, err := telemetry.New(telemetry.Config{TracerProvider: tp, MeterProvider: mp})
-	require.NoError(b, err)
-	b.Cleanup(func() { require.NoError(b, tel.Close()) })
-	return tel
 }
 
 // BenchmarkDispatch is a Dispatch over a GoChannel, handled by a no-op

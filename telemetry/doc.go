@@ -38,6 +38,8 @@
 //     rejection, claimbus.rejection.code and claimbus.rejection.field.
 //     Status Error for the outcome error and for the rejections
 //     unavailable and timeout (trouble, not the sender's mistake). The
+//     attributes are set when the span ends, in one call (a sampler sees
+//     the span's name and parent only). The
 //     handler's context carries it: commands the handler dispatches are
 //     its children.
 //   - "claimbus.claim.wait" (claimbus.field): the wait for one claim of

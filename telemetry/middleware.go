@@ -37,18 +37,10 @@ type command struct {
 // there.
 func (t *Telemetry) BeforeDispatch(_ context.Context, p *middleware.Pipeline) {
 	parent := t.propagator.Extract(p.Context(), propagation.MapCarrier(p.Metadata))
-	attrs := [4]attribute.KeyValue{
-		AttrCommandName.String(p.CommandName),
-		AttrCommandID.String(p.CommandUUID),
-		AttrCorrelationID.String(p.CorrelationID),
-		AttrCausationID.String(p.CausationID),
-	}
-	n := 3
-	if p.CausationID != "" {
-		n = 4
-	}
 	names := t.namesOf(p.CommandName)
-	ctx, span := t.tracer.Start(parent, names.span, consumerKind, trace.WithAttributes(attrs[:n]...))
+	// The attributes are set once, at the end (see end): one slice for
+	// the span to keep instead of two.
+	ctx, span := t.tracer.Start(parent, names.span, consumerKind)
 	c := &command{stepTracer: stepTracer{t: t, fallback: span}, p: p, ctx: ctx, start: time.Now(), names: names}
 	p.SetContext(observe.ContextWithTracer(ctx, c))
 }
@@ -69,13 +61,25 @@ func (t *Telemetry) end(p *middleware.Pipeline) {
 		return
 	}
 	span := c.fallback
+	attrs := [7]attribute.KeyValue{
+		c.names.name,
+		AttrCommandID.String(p.CommandUUID),
+		AttrCorrelationID.String(p.CorrelationID),
+		{}, // outcome
+	}
+	n := 4
+	if p.CausationID != "" {
+		attrs[n] = AttrCausationID.String(p.CausationID)
+		n++
+	}
 	outcome := OutcomeOK
 	err := p.Err()
 	switch rej := rejection(err); {
 	case err == nil:
 	case rej != nil:
 		outcome = OutcomeRejected
-		span.SetAttributes(AttrRejectionCode.String(rej.Code), AttrRejectionField.String(rej.Field))
+		attrs[n], attrs[n+1] = AttrRejectionCode.String(rej.Code), AttrRejectionField.String(rej.Field)
+		n += 2
 		t.inst.rejections.Add(c.ctx, 1, c.names.rejection(rej.Code, rej.Field)...)
 		if rej.Code == middleware.CodeUnavailable || rej.Code == middleware.CodeTimeout {
 			// Not the sender's mistake: trouble to look at.
@@ -86,7 +90,10 @@ func (t *Telemetry) end(p *middleware.Pipeline) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	span.SetAttributes(AttrOutcome.String(outcome))
+	attrs[3] = AttrOutcome.String(outcome)
+	if span.IsRecording() {
+		span.SetAttributes(attrs[:n]...)
+	}
 	o := c.names.outcome[outcome]
 	t.inst.commands.Add(c.ctx, 1, o.add...)
 	t.inst.commandDuration.Record(c.ctx, time.Since(c.start).Seconds(), o.record...)

@@ -9,15 +9,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/telemetry"
+	"github.com/claimbus/claimbus/telemetry/telemetrytest"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
@@ -118,7 +116,7 @@ func BenchmarkPostgresStorm(b *testing.B) {
 				mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
 				cfg := bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: pgBenchSenders}
 				if withTelemetry {
-					tel := benchTelemetry(b)
+					tel := telemetrytest.New(b, sdktrace.AlwaysSample())
 					require.NoError(b, tel.ObserveLocker("bench", store))
 					cfg.Middleware, cfg.OnSend = []middleware.Middleware{tel, mw}, tel.OnSend
 				}
@@ -139,22 +137,6 @@ func BenchmarkPostgresStorm(b *testing.B) {
 			})
 		}
 	}
-}
-
-// benchTelemetry returns Telemetry on real SDK providers: every span
-// sampled and ended into a batch processor with a no-op exporter, metrics
-// aggregated for a manual reader.
-func benchTelemetry(b *testing.B) *telemetry.Telemetry {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	b.Cleanup(func() {
-		require.NoError(b, tp.Shutdown(context.Background()))
-		require.NoError(b, mp.Shutdown(context.Background()))
-	})
-	tel, err := telemetry.New(telemetry.Config{TracerProvider: tp, MeterProvider: mp})
-	require.NoError(b, err)
-	b.Cleanup(func() { require.NoError(b, tel.Close()) })
-	return tel
 }
 
 // parallelism returns what makes RunParallel start pgBenchSenders
