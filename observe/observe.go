@@ -57,10 +57,18 @@ func TracerFromContext(ctx context.Context) Tracer {
 func NoEnd(error) {}
 
 // StartStep begins step on the Tracer ctx carries. Without one it returns
-// ctx and NoEnd, allocating nothing.
+// ctx and NoEnd, allocating nothing; the lookup walks ctx's chain, so code
+// that runs several steps for one command looks the tracer up once
+// (TracerFromContext) and calls StartStepOn.
 func StartStep(ctx context.Context, step, detail string) (context.Context, EndFunc) {
-	if t := TracerFromContext(ctx); t != nil {
-		return t.StartStep(ctx, step, detail)
+	return StartStepOn(ctx, TracerFromContext(ctx), step, detail)
+}
+
+// StartStepOn begins step on t. A nil t costs a nil check: it returns ctx
+// and NoEnd.
+func StartStepOn(ctx context.Context, t Tracer, step, detail string) (context.Context, EndFunc) {
+	if t == nil {
+		return ctx, NoEnd
 	}
-	return ctx, NoEnd
+	return t.StartStep(ctx, step, detail)
 }

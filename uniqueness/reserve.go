@@ -65,8 +65,8 @@ const (
 // reserve writes the pending reservation of t's value for the group's
 // owner, and reports whether another holds the value.
 func (g *group) reserve(ctx context.Context, t *target) (heldByOther bool, err error) {
-	rctx, end := observe.StartStep(ctx, observe.StepReservationWrite, t.rule.field)
-	_, ok, err := t.rule.reserve.Reserve(rctx, t.key, g.owner, t.rule.maxLag)
+	rctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepReservationWrite, t.rule.field)
+	_, ok, err := t.rule.reserve.Reserve(rctx, t.key, g.h.owner, t.rule.maxLag)
 	end(err)
 	if err != nil {
 		return false, fmt.Errorf("field %s: reservation: %w", t.rule.field, err)
@@ -79,8 +79,8 @@ func (g *group) reserve(ctx context.Context, t *target) (heldByOther bool, err e
 // taken for good. A failure is logged; the sweeper drops it later.
 func (g *group) drop(ctx context.Context, t *target) {
 	if err := t.rule.reserve.Drop(ctx, t.key); err != nil && ctx.Err() == nil {
-		g.m.logger.LogAttrs(ctx, slog.LevelWarn, "cannot drop a reservation the read model shows",
-			slog.String("command_id", g.owner), slog.String("key", t.key.String()), slog.Any("error", err))
+		g.h.m.logger.LogAttrs(ctx, slog.LevelWarn, "cannot drop a reservation the read model shows",
+			slog.String("command_id", g.h.owner), slog.String("key", t.key.String()), slog.Any("error", err))
 	}
 }
 
@@ -95,14 +95,14 @@ func (g *group) cancelReserved(ctx context.Context) {
 		}
 		t.reserved = false
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), middleware.DefaultReleaseTimeout)
-		cctx, end := observe.StartStep(cctx, observe.StepReservationWrite, t.rule.field)
-		err := t.rule.reserve.Cancel(cctx, t.key, g.owner)
+		cctx, end := observe.StartStepOn(cctx, g.h.tracer, observe.StepReservationWrite, t.rule.field)
+		err := t.rule.reserve.Cancel(cctx, t.key, g.h.owner)
 		end(err)
 		cancel()
 		if err != nil {
-			g.m.logger.LogAttrs(ctx, slog.LevelWarn,
+			g.h.m.logger.LogAttrs(ctx, slog.LevelWarn,
 				"cannot cancel a reservation: its value stays taken until the lookup shows it or maxLag passes",
-				slog.String("command_id", g.owner), slog.String("key", t.key.String()), slog.Any("error", err))
+				slog.String("command_id", g.h.owner), slog.String("key", t.key.String()), slog.Any("error", err))
 		}
 	}
 }
@@ -118,8 +118,8 @@ func (h *held) confirm(ctx context.Context) error {
 			if !t.reserved || t.confirmed {
 				continue
 			}
-			cctx, end := observe.StartStep(ctx, observe.StepReservationWrite, t.rule.field)
-			err := t.rule.reserve.Confirm(cctx, t.key, g.owner)
+			cctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepReservationWrite, t.rule.field)
+			err := t.rule.reserve.Confirm(cctx, t.key, g.h.owner)
 			end(err)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("uniqueness: confirm the reservation of %s: %w", t.key, err))
@@ -198,7 +198,7 @@ func (m *Middleware) Free(ctx context.Context, scope, value string) error {
 	if err := key.Validate(); err != nil {
 		return fmt.Errorf("uniqueness: free: %w", err)
 	}
-	cl, err := m.claimer.claim(ctx, key, lookupFunc(neverTaken), m.timeout)
+	cl, err := m.claimer.claim(ctx, key, lookupFunc(neverTaken), m.timeout, nil)
 	if err != nil {
 		return fmt.Errorf("uniqueness: free %s: %w", key, err)
 	}
