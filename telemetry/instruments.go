@@ -71,37 +71,44 @@ type instruments struct {
 }
 
 func (in *instruments) init(m metric.Meter) error {
-	var errs [14]error
-	in.commands, errs[0] = m.Int64Counter(MetricCommands, metric.WithUnit("{command}"),
-		metric.WithDescription("Commands handled, by name and outcome."))
-	in.rejections, errs[1] = m.Int64Counter(MetricRejections, metric.WithUnit("{rejection}"),
-		metric.WithDescription("Commands rejected, by name, code and field."))
-	hist := metric.WithExplicitBucketBoundaries(durationBuckets...)
-	in.commandDuration, errs[2] = m.Float64Histogram(MetricCommandDuration, metric.WithUnit("s"), hist,
-		metric.WithDescription("Time from a command's first hook to its last, by name and outcome."))
-	in.claimWait, errs[3] = m.Float64Histogram(MetricClaimWait, metric.WithUnit("s"), hist,
-		metric.WithDescription("Wait for one claim, its lock and lookups included, by field."))
-	in.claimHold, errs[4] = m.Float64Histogram(MetricClaimHold, metric.WithUnit("s"), hist,
-		metric.WithDescription("Time a command held its claims, by command name."))
-	in.locksHeld, errs[5] = m.Int64ObservableGauge(MetricLocksHeld, metric.WithUnit("{lock}"),
-		metric.WithDescription("Locks a store holds now."))
-	in.locksWaiting, errs[6] = m.Int64ObservableGauge(MetricLocksWaiting, metric.WithUnit("{waiter}"),
-		metric.WithDescription("Lock calls waiting for a key now."))
-	in.roundTrips, errs[7] = m.Int64ObservableCounter(MetricRoundTrips, metric.WithUnit("{round_trip}"),
-		metric.WithDescription("Statements sent by the lock connections."))
-	in.batched, errs[8] = m.Int64ObservableCounter(MetricBatchedRequests, metric.WithUnit("{request}"),
-		metric.WithDescription("Lock and unlock requests carried by the lock connections' round trips."))
-	in.reconnects, errs[9] = m.Int64ObservableCounter(MetricReconnects, metric.WithUnit("{reconnect}"),
-		metric.WithDescription("Lock connections connected again after they broke."))
-	in.locksLost, errs[10] = m.Int64ObservableCounter(MetricLocksLost, metric.WithUnit("{lock}"),
-		metric.WithDescription("Locks that ended other than by their release."))
-	in.capacity, errs[11] = m.Int64ObservableCounter(MetricCapacityRefusals, metric.WithUnit("{request}"),
-		metric.WithDescription("Lock requests refused for lack of capacity."))
-	in.claimsHeld, errs[12] = m.Int64ObservableGauge(MetricClaimsHeld, metric.WithUnit("{claim}"),
-		metric.WithDescription("Claims of this process granted and not released."))
-	in.claimsWaiting, errs[13] = m.Int64ObservableGauge(MetricClaimsWaiting, metric.WithUnit("{claim}"),
-		metric.WithDescription("Claimants of this process waiting for a key."))
-	return errors.Join(errs[:]...)
+	var errs []error
+	keep := func(err error) { errs = append(errs, err) }
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		keep(err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		keep(err)
+		return h
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		keep(err)
+		return g
+	}
+	total := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		keep(err)
+		return c
+	}
+	in.commands = counter(MetricCommands, "{command}", "Commands handled, by name and outcome.")
+	in.rejections = counter(MetricRejections, "{rejection}", "Commands rejected, by name, code and field.")
+	in.commandDuration = histogram(MetricCommandDuration, "Time from a command's first hook to its last, by name and outcome.")
+	in.claimWait = histogram(MetricClaimWait, "Wait for one claim, its lock and lookups included, by field.")
+	in.claimHold = histogram(MetricClaimHold, "Time a command held its claims, by command name.")
+	in.locksHeld = gauge(MetricLocksHeld, "{lock}", "Locks a store holds now.")
+	in.locksWaiting = gauge(MetricLocksWaiting, "{waiter}", "Lock calls waiting for a key now.")
+	in.roundTrips = total(MetricRoundTrips, "{round_trip}", "Statements sent by the lock connections.")
+	in.batched = total(MetricBatchedRequests, "{request}", "Lock and unlock requests carried by the lock connections' round trips.")
+	in.reconnects = total(MetricReconnects, "{reconnect}", "Lock connections connected again after they broke.")
+	in.locksLost = total(MetricLocksLost, "{lock}", "Locks that ended other than by their release.")
+	in.capacity = total(MetricCapacityRefusals, "{request}", "Lock requests refused for lack of capacity.")
+	in.claimsHeld = gauge(MetricClaimsHeld, "{claim}", "Claims of this process granted and not released.")
+	in.claimsWaiting = gauge(MetricClaimsWaiting, "{claim}", "Claimants of this process waiting for a key.")
+	return errors.Join(errs...)
 }
 
 func (in *instruments) observables() []metric.Observable {
