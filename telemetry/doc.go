@@ -85,8 +85,10 @@
 //
 // # Cost
 //
-// Unset, the seams cost a nil check (OnSend) or one context lookup per step
-// (observe.StartStep), and allocate nothing. On, a command pays for its
-// SDK span and a few measurements, and each claim for three more spans;
-// see bench_test.go for the figures.
+// Unset, the seams cost a nil check (OnSend), one context lookup per
+// claimed command in the uniqueness middleware and per Serialize call, and
+// allocate nothing. On, a command pays for its SDK span and a few
+// measurements (about 2.7µs and 10 allocations in BenchmarkHooks, against
+// 1.5µs for a bare SDK span and two measurements), and each claim for
+// three more spans; see bench_test.go.
 package telemetry
