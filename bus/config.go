@@ -2,6 +2,7 @@ package bus
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,10 @@ const (
 // TopicFunc names a topic: the topic of a command from the command's name,
 // or the reply topic of a bus from its node id.
 type TopicFunc func(name string) string
+
+// SendFunc is told about a command message before it is sent (see
+// Config.OnSend).
+type SendFunc func(ctx context.Context, msg *message.Message)
 
 // DefaultCommandTopic is the default Config.CommandTopic: "command." and
 // the command's name.
@@ -137,6 +142,13 @@ type Config struct {
 	// why. Default: such a message is logged and dropped. A sender that
 	// waits gets an invalid rejection instead (middleware.ErrInvalid).
 	PoisonTopic string
+
+	// OnSend, when set, is called with each command message Dispatch and
+	// Send make, once its ids are set and before it is handed to a handler
+	// or published, with the sender's ctx; it may add metadata, such as the
+	// trace context of ctx (telemetry.Telemetry.OnSend). It must not keep
+	// msg. Default nil.
+	OnSend SendFunc
 
 	// Logger logs what the bus cannot return to a caller (a reply that
 	// cannot be published, a dropped message). Default: slog.Default()

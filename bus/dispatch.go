@@ -127,6 +127,9 @@ func (b *Bus) newMessage(ctx context.Context, cmd any) (*message.Message, string
 	if ids.CausationID != "" {
 		msg.Metadata.Set(middleware.MetadataCausationID, ids.CausationID)
 	}
+	if b.cfg.OnSend != nil {
+		b.cfg.OnSend(ctx, msg)
+	}
 	return msg, name, nil
 }
 

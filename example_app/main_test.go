@@ -155,6 +155,7 @@ func TestServeFlags(t *testing.T) {
 		{"nats url not nats", func(f *serveFlags) { f.transport, f.natsURL = "nats", "http://127.0.0.1:4222" }, []string{"want a nats://"}},
 		{"nats url no host", func(f *serveFlags) { f.transport, f.natsURL = "nats", "nats://127.0.0.1:4222,nats://" }, []string{"no host"}},
 		{"log level", func(f *serveFlags) { f.logLevel = "loud" }, []string{`-log-level "loud"`}},
+		{"trace", func(f *serveFlags) { f.trace = "jaeger" }, []string{`-trace "jaeger": want off or stdout`}},
 		{"hold email", func(f *serveFlags) { f.holdEmail = "nope" }, []string{"-test-hold-email"}},
 		{"staff model", func(f *serveFlags) { f.staffModel = "ledger" }, []string{`-staff-model "ledger": want table or events`}},
 		{"events flags without the events model", func(f *serveFlags) { f.eventsOnly = []string{"projection-lag", "max-lag"} },

@@ -63,6 +63,8 @@ type serveFlags struct {
 	reservations  bool
 	maxLag        time.Duration
 	eventsOnly    []string
+	// trace is where spans go: traceOff or traceStdout.
+	trace string
 }
 
 // appConfig returns the node configuration of the staff model's flags.
@@ -107,6 +109,9 @@ func (f serveFlags) validate() error {
 	}
 	if f.transport != "inprocess" && f.transport != "postgres" && f.transport != "nats" {
 		errs = append(errs, fmt.Errorf("-transport %q: want inprocess, postgres or nats", f.transport))
+	}
+	if f.trace != "" && f.trace != traceOff && f.trace != traceStdout {
+		errs = append(errs, fmt.Errorf("-trace %q: want off or stdout", f.trace))
 	}
 	errs = append(errs, f.validateNATS()...)
 	errs = append(errs, f.validateModel()...)
@@ -209,6 +214,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = usageWithout(fs, "test-hold-email")
 	fs.StringVar(&f.natsURL, "nats-url", "",
 		"with -transport nats: the NATS `URL`(s) (JetStream on), such as nats://127.0.0.1:4222, comma-separated for a cluster")
+	fs.StringVar(&f.trace, "trace", traceOff, "where the spans of the commands go: off, or stdout (metrics are on GET /metrics either way)")
 	fs.StringVar(&f.holdEmail, "test-hold-email", "",
 		"for fault tests only: a CreateStaff of this `email` waits, holding its claim, until the node stops")
 	if err := fs.Parse(args); err != nil {
@@ -286,8 +292,13 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 		}
 	}()
 
+	obs, err := newObservability(f.trace, stdout)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, obs.close)
 	if f.db == "" {
-		return runEmbedded(ctx, startCtx, f, logger, stdout, &closers)
+		return runEmbedded(ctx, startCtx, f, obs, logger, stdout, &closers)
 	}
 	pool, err := openPool(startCtx, f.db, f.node, 20)
 	if err != nil {
@@ -356,6 +367,7 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 		Bus:        bcfg,
 		Middleware: extra,
 		Logger:     logger,
+		Telemetry:  obs.tel,
 	}))
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -368,12 +380,12 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	watched, watchDone := make(chan error, 1), make(chan struct{})
 	go func() { defer close(watchDone); watched <- names.watch(wctx) }()
 	closers = append(closers, func() error { stopWatch(); <-watchDone; return nil })
-	return listenAndServe(ctx, f, node, logger, stdout, stopping, watched, "postgres, transport "+f.transport+f.modelNote())
+	return listenAndServe(ctx, f, obs.handler(node.Handler()), logger, stdout, stopping, watched, "postgres, transport "+f.transport+f.modelNote())
 }
 
 // runEmbedded runs the embedded node on the SQLite file f.data: one
 // process per file (the store's file lock), the transport in process.
-func runEmbedded(ctx, startCtx context.Context, f serveFlags, logger *slog.Logger, stdout io.Writer, closers *[]func() error) error {
+func runEmbedded(ctx, startCtx context.Context, f serveFlags, obs *observability, logger *slog.Logger, stdout io.Writer, closers *[]func() error) error {
 	db, err := sql.Open("sqlite", sqlite.DSN(f.data, 0))
 	if err != nil {
 		return fmt.Errorf("open %s: %w", f.data, err)
@@ -398,25 +410,26 @@ func runEmbedded(ctx, startCtx context.Context, f serveFlags, logger *slog.Logge
 		Bus:        bus.Config{CloseTimeout: busCloseTimeout, Logger: watermill.NewSlogLogger(logger.With("component", "bus"))},
 		Middleware: extra,
 		Logger:     logger,
+		Telemetry:  obs.tel,
 	}))
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	*closers = append(*closers, node.Close)
-	return listenAndServe(ctx, f, node, logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess"+f.modelNote())
+	return listenAndServe(ctx, f, obs.handler(node.Handler()), logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess"+f.modelNote())
 }
 
-// listenAndServe serves node's API on f.addr until ctx ends or fatal
+// listenAndServe serves handler (the node's API) on f.addr until ctx ends or fatal
 // sends (the node cannot go on: its error, or nil), then shuts the
 // server down gracefully; stopping closes when the shutdown starts.
-func listenAndServe(ctx context.Context, f serveFlags, node *app.Node, logger *slog.Logger, stdout io.Writer,
+func listenAndServe(ctx context.Context, f serveFlags, handler http.Handler, logger *slog.Logger, stdout io.Writer,
 	stopping chan struct{}, fatal <-chan error, what string) (err error) {
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           node.Handler(),
+		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,

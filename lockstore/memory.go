@@ -107,15 +107,18 @@ type memShard struct {
 	index  int64
 	closed bool
 	// seq counts the grants of the shard (see nextToken).
-	seq   int64
+	seq int64
+	// lost counts the locks of the shard that ended lost.
+	lost  int64
 	locks lockTable
 	// Keep the hot fields of neighbouring shards on different cache lines.
 	_ [64]byte
 }
 
 var (
-	_ Store    = (*Memory)(nil)
-	_ KeyOrder = (*Memory)(nil)
+	_ Store         = (*Memory)(nil)
+	_ KeyOrder      = (*Memory)(nil)
+	_ StatsReporter = (*Memory)(nil)
 )
 
 // NewMemory returns an empty memory store configured by cfg.
@@ -349,6 +352,26 @@ func (m *Memory) Len() int {
 	return n
 }
 
+// Stats reports the locks held now (Held), the Lock calls waiting now
+// (Waiting) and the locks that ended lost, by lease expiry, Reset or Close
+// (LocksLost). It visits every held key, under each shard's lock in turn.
+func (m *Memory) Stats() Stats {
+	var st Stats
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		st.Held += int64(s.locks.n)
+		st.LocksLost += s.lost
+		for l := range s.locks.all {
+			if l.ext != nil {
+				st.Waiting += int64(l.ext.queue.n)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return st
+}
+
 // CompareKeys orders keys for callers taking several (see SortKeys): the
 // memory store has no order of its own, so it is lockstore.CompareKeys.
 func (m *Memory) CompareKeys(a, b Key) int { return CompareKeys(a, b) }
@@ -398,6 +421,9 @@ func (s *memShard) end(l *memLock, how lockState) {
 		return
 	}
 	s.stopLease(e)
+	if how == lost {
+		s.lost++
+	}
 	if how == lost && e.lost != nil {
 		close(e.lost)
 	}

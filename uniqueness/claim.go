@@ -11,6 +11,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // numShards is the number of independently locked parts of a Claimer's
@@ -126,7 +127,7 @@ func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(conte
 	if taken == nil {
 		return nil, errNilLookup
 	}
-	return c.claim(ctx, key, lookupFunc(taken), 0)
+	return c.claim(ctx, key, lookupFunc(taken), 0, observe.TracerFromContext(ctx))
 }
 
 // lookuper is a claim's lookup: a function, or a value that the
@@ -141,9 +142,9 @@ type lookupFunc func(context.Context) (bool, error)
 func (f lookupFunc) taken(ctx context.Context) (bool, error) { return f(ctx) }
 
 // claim is Claim with the wait for the key also bounded by wait, when it
-// is positive. The bound costs a timer only when the key is not free at
-// once.
-func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, wait time.Duration) (*Claim, error) {
+// is positive, and the lock's acquisition reported to tr, when not nil.
+// The bound costs a timer only when the key is not free at once.
+func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, wait time.Duration, tr observe.Tracer) (*Claim, error) {
 	if c == nil || c.locker == nil {
 		return nil, errNilLocker
 	}
@@ -173,7 +174,9 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	}
 	sh.mu.Unlock()
 
-	lk, err := c.lock(ctx, key, settled, wait)
+	lctx, end := observe.StartStepOn(ctx, tr, observe.StepLock, key.Namespace)
+	lk, err := c.lock(lctx, key, settled, wait)
+	end(err)
 	if err != nil {
 		sh.mu.Lock()
 		st.waiting--

@@ -14,6 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // DefaultClaimTimeout bounds the wait for the claims of one command when
@@ -35,6 +36,13 @@ type held struct {
 	// rule of one of them reserves.
 	groups   []group
 	reserves bool
+	// m and owner (the command's id) serve the reservations; tracer is
+	// told about the command's steps, nil when none is set; endHold ends
+	// the step of holding the claims (observe.StepClaimHold).
+	m        *Middleware
+	owner    string
+	tracer   observe.Tracer
+	endHold  observe.EndFunc
 	claimBuf [2]*Claim
 	targets  [4]target
 	groupBuf [2]group
@@ -46,10 +54,9 @@ type group struct {
 	targets []target
 	// hit is the rule whose lookup found its value taken or failed.
 	hit *Rule
-	// m, owner (the command's id) and phase serve the reservations of the
-	// group's rules.
-	m     *Middleware
-	owner string
+	// h is the command's; phase serves the reservations of the group's
+	// rules.
+	h     *held
 	phase phase
 }
 
@@ -66,7 +73,9 @@ func (g *group) taken(ctx context.Context) (bool, error) {
 			g.hit = t.rule
 			return true, nil
 		}
-		taken, err := t.rule.taken(ctx, t.key.ID)
+		lctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepLookup, t.rule.field)
+		taken, err := t.rule.taken(lctx, t.key.ID)
+		end(err)
 		if err != nil {
 			g.hit = t.rule
 			g.cancelReserved(ctx)
@@ -264,6 +273,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	if h == nil {
 		return
 	}
+	ctx, tr := stepTracer(ctx, p)
 	owner := p.CommandUUID
 	for _, t := range targets {
 		if t.rule.reserve != nil {
@@ -273,6 +283,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 			}
 		}
 	}
+	h.m, h.owner, h.tracer = m, owner, tr
 	if len(targets) > 1 {
 		slices.SortStableFunc(targets, func(a, b target) int { return m.compare(a.key, b.key) })
 	}
@@ -294,14 +305,16 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 			j++
 		}
 		g := &groups[n]
-		g.targets, g.m, g.owner = targets[i:j:j], m, owner
+		g.targets, g.h = targets[i:j:j], h
 		h.groups = groups[:n+1]
 		wait := m.timeout
 		if i > 0 {
 			wait = max(m.timeout-time.Since(start), time.Nanosecond)
 		}
 		i = j
-		cl, err := m.claimer.claim(ctx, g.targets[0].key, g, wait)
+		wctx, end := observe.StartStepOn(ctx, tr, observe.StepClaimWait, g.targets[0].rule.field)
+		cl, err := m.claimer.claim(wctx, g.targets[0].key, g, wait, tr)
+		end(err)
 		if err != nil {
 			m.settle(ctx, p, h, false)
 			m.releaseAll(ctx, p.CommandUUID, claims, true)
@@ -316,11 +329,24 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	}
 	p.SetContext(hctx)
 	h.claims, h.cancel = claims, cancel
+	_, h.endHold = observe.StartStepOn(ctx, tr, observe.StepClaimHold, p.CommandName)
 	for _, cl := range claims {
 		m.claimer.watchLost(cl, cancel)
 	}
 	p.Assign(AssignClaims, h)
 	writeBack(p, targets) // after Assign: a panic in it still releases the claims
+}
+
+// stepTracer returns the observe.Tracer of p's handler context, where a
+// telemetry middleware sets it, or nil, looked up once per command; and
+// ctx carrying it, for the steps of the stores below (ctx itself when
+// there is none).
+func stepTracer(ctx context.Context, p *middleware.Pipeline) (context.Context, observe.Tracer) {
+	t := observe.TracerFromContext(p.Context())
+	if t != nil {
+		ctx = observe.ContextWithTracer(ctx, t)
+	}
+	return ctx, t
 }
 
 // halt stops the command whose claim on field failed with err.
@@ -379,9 +405,13 @@ func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline, ok boo
 	if !isHeld {
 		return
 	}
+	if h.tracer != nil {
+		ctx = observe.ContextWithTracer(ctx, h.tracer)
+	}
 	m.settle(ctx, p, h, ok)
 	m.releaseAll(ctx, p.CommandUUID, h.claims, false)
 	h.cancel(context.Canceled)
+	h.endHold(p.Err())
 }
 
 // releaseAll releases the claims of command commandID in reverse order,

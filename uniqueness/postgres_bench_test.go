@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/telemetry/telemetrytest"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
@@ -35,7 +37,9 @@ const pgBenchConns = 16
 //   - runner-batched, bus-batched: the same with the lookups batched
 //     (Batched, one SELECT ... WHERE email = ANY($1) per batch);
 //   - runner-batched-reserved, bus-batched-reserved: the same with a
-//     reservation per claim (Reserve, on claimstore/postgres).
+//     reservation per claim (Reserve, on claimstore/postgres);
+//   - each bus variant again with -telemetry: the telemetry middleware
+//     first and OnSend, on real SDK providers (every span sampled).
 //
 // Compare the ops/s metrics.
 func BenchmarkPostgresStorm(b *testing.B) {
@@ -101,25 +105,37 @@ func BenchmarkPostgresStorm(b *testing.B) {
 			require.Zero(b, h.duplicates.Load())
 		})
 
-		b.Run("bus"+suffix, func(b *testing.B) {
-			store := newPGStore(b, pool)
-			h := &staffHandler{table: table}
-			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
-			bb := newBus(b, bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: pgBenchSenders}, h)
-			b.ResetTimer()
-			b.SetParallelism(parallelism())
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					e := email()
-					if _, err := bus.Dispatch[string](ctx, bb, &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}); err != nil {
-						b.Error(err)
-						return
-					}
+		for _, withTelemetry := range []bool{false, true} {
+			name := "bus" + suffix
+			if withTelemetry {
+				name += "-telemetry"
+			}
+			b.Run(name, func(b *testing.B) {
+				store := newPGStore(b, pool)
+				h := &staffHandler{table: table}
+				mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
+				cfg := bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: pgBenchSenders}
+				if withTelemetry {
+					tel := telemetrytest.New(b, sdktrace.AlwaysSample())
+					require.NoError(b, tel.ObserveLocker("bench", store))
+					cfg.Middleware, cfg.OnSend = []middleware.Middleware{tel, mw}, tel.OnSend
 				}
+				bb := newBus(b, cfg, h)
+				b.ResetTimer()
+				b.SetParallelism(parallelism())
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						e := email()
+						if _, err := bus.Dispatch[string](ctx, bb, &commands.CreateStaff{StaffID: e, Email: e, Name: "N"}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+				require.Zero(b, h.duplicates.Load())
 			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-			require.Zero(b, h.duplicates.Load())
-		})
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // Reserve makes a rule keep a durable reservation of each value it claims,
@@ -65,7 +66,9 @@ const (
 // reserve writes the pending reservation of t's value for the group's
 // owner, and reports whether another holds the value.
 func (g *group) reserve(ctx context.Context, t *target) (heldByOther bool, err error) {
-	_, ok, err := t.rule.reserve.Reserve(ctx, t.key, g.owner, t.rule.maxLag)
+	rctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepReservationWrite, t.rule.field)
+	_, ok, err := t.rule.reserve.Reserve(rctx, t.key, g.h.owner, t.rule.maxLag)
+	end(err)
 	if err != nil {
 		return false, fmt.Errorf("field %s: reservation: %w", t.rule.field, err)
 	}
@@ -77,8 +80,8 @@ func (g *group) reserve(ctx context.Context, t *target) (heldByOther bool, err e
 // taken for good. A failure is logged; the sweeper drops it later.
 func (g *group) drop(ctx context.Context, t *target) {
 	if err := t.rule.reserve.Drop(ctx, t.key); err != nil && ctx.Err() == nil {
-		g.m.logger.LogAttrs(ctx, slog.LevelWarn, "cannot drop a reservation the read model shows",
-			slog.String("command_id", g.owner), slog.String("key", t.key.String()), slog.Any("error", err))
+		g.h.m.logger.LogAttrs(ctx, slog.LevelWarn, "cannot drop a reservation the read model shows",
+			slog.String("command_id", g.h.owner), slog.String("key", t.key.String()), slog.Any("error", err))
 	}
 }
 
@@ -93,12 +96,14 @@ func (g *group) cancelReserved(ctx context.Context) {
 		}
 		t.reserved = false
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), middleware.DefaultReleaseTimeout)
-		err := t.rule.reserve.Cancel(cctx, t.key, g.owner)
+		cctx, end := observe.StartStepOn(cctx, g.h.tracer, observe.StepReservationWrite, t.rule.field)
+		err := t.rule.reserve.Cancel(cctx, t.key, g.h.owner)
+		end(err)
 		cancel()
 		if err != nil {
-			g.m.logger.LogAttrs(ctx, slog.LevelWarn,
+			g.h.m.logger.LogAttrs(ctx, slog.LevelWarn,
 				"cannot cancel a reservation: its value stays taken until the lookup shows it or maxLag passes",
-				slog.String("command_id", g.owner), slog.String("key", t.key.String()), slog.Any("error", err))
+				slog.String("command_id", g.h.owner), slog.String("key", t.key.String()), slog.Any("error", err))
 		}
 	}
 }
@@ -114,7 +119,10 @@ func (h *held) confirm(ctx context.Context) error {
 			if !t.reserved || t.confirmed {
 				continue
 			}
-			if err := t.rule.reserve.Confirm(ctx, t.key, g.owner); err != nil {
+			cctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepReservationWrite, t.rule.field)
+			err := t.rule.reserve.Confirm(cctx, t.key, g.h.owner)
+			end(err)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("uniqueness: confirm the reservation of %s: %w", t.key, err))
 				continue
 			}
@@ -168,7 +176,7 @@ func (m *Middleware) confirmLater(ctx context.Context, commandID string, h *held
 		g := &h.groups[gi]
 		for i := range g.targets {
 			if t := &g.targets[i]; t.reserved && !t.confirmed {
-				todo = append(todo, pendingConfirm{store: t.rule.reserve, key: t.key, owner: g.owner})
+				todo = append(todo, pendingConfirm{store: t.rule.reserve, key: t.key, owner: h.owner})
 			}
 		}
 	}
@@ -294,7 +302,7 @@ func (m *Middleware) Free(ctx context.Context, scope, value string) error {
 	if err := key.Validate(); err != nil {
 		return fmt.Errorf("uniqueness: free: %w", err)
 	}
-	cl, err := m.claimer.claim(ctx, key, lookupFunc(neverTaken), m.timeout)
+	cl, err := m.claimer.claim(ctx, key, lookupFunc(neverTaken), m.timeout, nil)
 	if err != nil {
 		return fmt.Errorf("uniqueness: free %s: %w", key, err)
 	}

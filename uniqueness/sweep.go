@@ -120,7 +120,7 @@ func (m *Middleware) sweepOne(ctx context.Context, r *Rule, rv claimstore.Reserv
 		return nil
 	}
 	// In doubt past maxLag and not shown: free, once no claimant holds it.
-	cl, err := m.claimer.claim(ctx, rv.Key, lookupFunc(neverTaken), sweepClaimWait)
+	cl, err := m.claimer.claim(ctx, rv.Key, lookupFunc(neverTaken), sweepClaimWait, nil)
 	if err != nil {
 		res.Kept++
 		return nil //nolint:nilerr // a value claimed now is its claimant's to settle

@@ -14,7 +14,9 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/idempotency"
+	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/telemetry"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
@@ -121,6 +123,11 @@ type Config struct {
 	// Idempotency-Key is kept: a repeat within it gets that answer. Default
 	// DefaultIdempotencyRetention.
 	IdempotencyRetention time.Duration
+	// Telemetry, when set, traces and measures the node's commands: it
+	// runs first, carries trace context across the transport (OnSend),
+	// and observes the lock store (when it reports lockstore.Stats) and
+	// the claims, named by Name. Default nil: none.
+	Telemetry *telemetry.Telemetry
 }
 
 // Defaults of the Config fields of the claims.
@@ -284,14 +291,22 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	bcfg := cfg.Bus
-	bcfg.Middleware = append([]middleware.Middleware{
+	var first []middleware.Middleware
+	if t := cfg.Telemetry; t != nil {
+		first, bcfg.OnSend = []middleware.Middleware{t}, t.OnSend
+		if err := observeStores(t, n.name, n.backend.Locker(), unique); err != nil {
+			return nil, err
+		}
+	}
+	bcfg.Middleware = append(first, []middleware.Middleware{
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
 		middleware.Hooks{AfterFail: n.logUnavailable},
 		middleware.Validate(),
 		idem, // before the claims: a repeat is answered without claiming
 		unique,
 		locks,
-	}, cfg.Middleware...)
+	}...)
+	bcfg.Middleware = append(bcfg.Middleware, cfg.Middleware...)
 	b, err := bus.New(bcfg)
 	if err != nil {
 		return nil, err
@@ -383,6 +398,17 @@ func (n *Node) Claims() claimstore.Store { return n.claims }
 // (*uniqueness.Middleware).Sweep); the node also does on its own, every
 // Config.SweepInterval.
 func (n *Node) Sweep(ctx context.Context) (uniqueness.SweepResult, error) { return n.unique.Sweep(ctx) }
+
+// observeStores has t observe the node's lock store, when it reports
+// lockstore.Stats, and its claims, both named name.
+func observeStores(t *telemetry.Telemetry, name string, l lockstore.Locker, claims *uniqueness.Middleware) error {
+	if r, ok := l.(lockstore.StatsReporter); ok {
+		if err := t.ObserveLocker(name, r); err != nil {
+			return err
+		}
+	}
+	return t.ObserveClaims(name, claims)
+}
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.name }

@@ -10,8 +10,9 @@ import (
 
 // heavy are the import path fragments of dependencies that only the backend
 // subpackages (lockstore/postgres, lockstore/sqlite, claimstore/postgres,
-// claimstore/sqlite, bus/sqltransport, bus/natstransport) may pull in.
-var heavy = []string{"pgx", "sqlite", "modernc.org", "watermill-sql", "lib/pq", "nats"}
+// claimstore/sqlite, bus/sqltransport, bus/natstransport) and telemetry may
+// pull in.
+var heavy = []string{"pgx", "sqlite", "modernc.org", "watermill-sql", "lib/pq", "nats", "opentelemetry"}
 
 // light are the packages whose dependency graph must contain none of them:
 // a user of the memory store and GoChannel never compiles a backend.
@@ -24,6 +25,7 @@ var light = []string{
 	"github.com/claimbus/claimbus/idempotency",
 	"github.com/claimbus/claimbus/bus",
 	"github.com/claimbus/claimbus/commands",
+	"github.com/claimbus/claimbus/observe",
 }
 
 func TestLightPackagesDoNotDependOnHeavyOnes(t *testing.T) {

@@ -50,6 +50,9 @@ func TestMaxHeldRefusesOneRequest(t *testing.T) {
 	require.ErrorContains(t, err, "MaxHeld")
 	_, err = s.Lock(ctx, capKey(21))
 	require.ErrorIs(t, err, lockstore.ErrCapacity)
+	st := s.Stats()
+	require.EqualValues(t, 2, st.CapacityRefusals, "Stats counts both refusals")
+	require.EqualValues(t, 20, st.Held)
 	for _, l := range locks {
 		requireOpen(t, l.Lost())
 	}

@@ -110,6 +110,8 @@ func TestTerminatedLockConnection(t *testing.T) {
 		_, err := b.TryLock(ctx, l.Key())
 		require.ErrorIs(t, err, lockstore.ErrLocked)
 	}
+	require.EqualValues(t, len(onVictim), a.Stats().LocksLost, "Stats counts the locks of the broken connection")
+
 	// A lost lock's Release says so, and is harmless.
 	require.ErrorIs(t, onVictim[0].Release(ctx), lockstore.ErrLockLost)
 
@@ -119,6 +121,7 @@ func TestTerminatedLockConnection(t *testing.T) {
 		pid := connPIDs(a)[victim.index]
 		return pid != 0 && pid != oldPID
 	})
+	require.EqualValues(t, 1, a.Stats().Reconnects)
 	_, err := a.TryLock(ctx, onVictim[0].Key())
 	require.ErrorIs(t, err, lockstore.ErrLocked)
 	for _, l := range onVictim[1:] {

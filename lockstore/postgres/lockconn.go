@@ -360,6 +360,7 @@ func (c *lockConn) reconnect() bool {
 		}
 		err := c.connect()
 		if err == nil {
+			c.s.stats.reconnects.Add(1)
 			return true
 		}
 		c.mu.Lock()
@@ -415,6 +416,8 @@ func (c *lockConn) roundTrip(batch []*request) error {
 	}
 	c.roundTrips.Add(1)
 	c.requests.Add(int64(n))
+	c.s.stats.roundTrips.Add(1)
+	c.s.stats.requests.Add(int64(n))
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(c.s.ctx, c.deadline(sent))
 	defer cancel()
@@ -506,6 +509,7 @@ func (c *lockConn) settleCapacity(ctx context.Context, batch []*request, ns, ids
 			c.released(r)
 			continue
 		}
+		c.s.stats.capacity.Add(1)
 		c.unload()
 		if r.state.CompareAndSwap(requestPending, requestCompleted) {
 			r.err = capErr
@@ -641,6 +645,9 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 		held = append(held, l)
 	}
 	clear(c.held)
+	if !closing {
+		c.s.stats.lost.Add(int64(len(held)))
+	}
 	for _, l := range held {
 		l.end(lostErr)
 	}

@@ -208,6 +208,7 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (LockID, error) {
 func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgLock, error) {
 	if n := s.held.Add(1); n > int64(s.maxHeld) {
 		s.held.Add(-1)
+		s.stats.capacity.Add(1)
 		s.queue.pass(id)
 		return nil, fmt.Errorf("postgres: lock %s: the store holds %d locks (Config.MaxHeld): %w", key, s.maxHeld, lockstore.ErrCapacity)
 	}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -22,6 +23,8 @@ const queueShards = 64
 // once, which hands the turn straight to the first waiter.
 type turnQueue struct {
 	shards [queueShards]queueShard
+	// waiters counts the claimants waiting in take now.
+	waiters atomic.Int64
 }
 
 type queueShard struct {
@@ -80,6 +83,8 @@ func (q *turnQueue) take(ctx context.Context, closing <-chan struct{}, id LockID
 	ready := make(chan struct{})
 	w.list = append(w.list, ready)
 	sh.mu.Unlock()
+	q.waiters.Add(1)
+	defer q.waiters.Add(-1)
 
 	var err error
 	select {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // Serialize runs fn in a transaction that holds key's
@@ -116,7 +117,17 @@ import (
 // Bad input (a nil store or fn, an invalid key) gets an error at once, one
 // matching lockstore.ErrInvalidKey for a key; a closed store gets one
 // matching lockstore.ErrClosed.
-func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+//
+// The call is a step a tracer in ctx sees (observe.StepSerialize), and fn's
+// context carries it.
+func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (v T, err error) {
+	ctx, end := observe.StartStep(ctx, observe.StepSerialize, key.Namespace)
+	defer func() { end(err) }()
+	return serialize(ctx, s, key, fn)
+}
+
+// serialize is Serialize.
+func serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
 	var zero T
 	id, err := s.precheck("Serialize", key, fn == nil)
 	if err != nil {

@@ -68,6 +68,8 @@ type Store struct {
 	// maxHeld (Config.MaxHeld, or its default from the server's settings).
 	held    atomic.Int64
 	maxHeld int
+	// stats are the totals Stats reports.
+	stats storeStats
 	// queue is the node-local turn queue in front of the lock connections.
 	queue *turnQueue
 	// serial is the node-local turn queue of Serialize and Exclusive, so
