@@ -46,8 +46,10 @@
 //     the uniqueness middleware, with its children "claimbus.lock"
 //     (claimbus.key.namespace), "claimbus.lookup" (claimbus.field) and,
 //     for a rule that reserves, "claimbus.reservation.write"
-//     (claimbus.field); the re-checks and confirmations at release are
-//     children of the command's span.
+//     (claimbus.field); the re-checks and cancellations at release are
+//     children of the command's span. A reservation's confirmation lands
+//     after the answer (see uniqueness.Reserve) and is no step of the
+//     command.
 //   - "claimbus.serialize" (claimbus.key.namespace): a Serialize call of
 //     the PostgreSQL lock store made with a context that carries a tracer
 //     (a handler's context does; elsewhere use StepTracer).
