@@ -105,7 +105,7 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 var schemaLock = int64(wsql.DefaultSchemaInitializationLock("claimbus"))
 
 // initTopic creates topic's table and trigger if they are missing, once per
-// transport. Several nodes may do it at once: an advisory lock held for the
+// transport (again after forgetTopic), committing synchronously. Several nodes may do it at once: an advisory lock held for the
 // transaction serialises them.
 func (t *Transport) initTopic(ctx context.Context, topic string) error {
 	if _, ok := t.initialized.Load(topic); ok {
@@ -119,6 +119,13 @@ func (t *Transport) initTopic(ctx context.Context, topic string) error {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		// The table must outlive a crash once this transport counts it
+		// created: with synchronous_commit off (or an asynchronous replica
+		// promoted) a crash forgets the last commits, and a table forgotten
+		// so would fail every publish of its topic.
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
 			return err
 		}
@@ -135,3 +142,8 @@ func (t *Transport) initTopic(ctx context.Context, topic string) error {
 	t.initialized.Store(topic, struct{}{})
 	return nil
 }
+
+// forgetTopic makes the next initTopic of topic create its table again if
+// it is missing: its table was found gone (dropped, or restored from an
+// older backup).
+func (t *Transport) forgetTopic(topic string) { t.initialized.Delete(topic) }

@@ -2,6 +2,7 @@ package sqltransport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/bus"
@@ -190,7 +192,23 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := p.t.initTopic(ctx, topic); err != nil {
 		return unavailable(ctx, err)
 	}
-	return unavailable(ctx, p.inner.Publish(topic, msgs...))
+	err := p.inner.Publish(topic, msgs...)
+	if isUndefinedTable(err) {
+		// The table is gone although this transport created it: create it
+		// again, once.
+		p.t.forgetTopic(topic)
+		if err := p.t.initTopic(ctx, topic); err != nil {
+			return unavailable(ctx, err)
+		}
+		err = p.inner.Publish(topic, msgs...)
+	}
+	return unavailable(ctx, err)
+}
+
+// isUndefinedTable reports whether err is PostgreSQL's undefined_table.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 // Close closes the publisher; the transport's Close does it too.

@@ -134,3 +134,24 @@ func TestDispatchFailsWhenTheDatabaseCrashes(t *testing.T) {
 		})
 	}
 }
+
+// A topic's table found gone after this transport created it (dropped, or
+// restored from an older backup) is created again by the next publish, and
+// round trips work again without a restart.
+func TestPublishRecreatesAMissingTable(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	newNode(t, dsn, "node-b", sqltransport.Config{}, bus.Config{}, registerRoundTrip(t))
+	a := newNode(t, dsn, "node-a", sqltransport.Config{}, bus.Config{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got, err := bus.Dispatch[string](ctx, a.bus, &Echo{Text: "before"})
+	require.NoError(t, err)
+	require.Equal(t, "before", got)
+
+	_, err = a.pool.Exec(ctx, `DROP TABLE "claimbus_command.sqltransport_test.Echo"`)
+	require.NoError(t, err)
+	got, err = bus.Dispatch[string](ctx, a.bus, &Echo{Text: "after"})
+	require.NoError(t, err, "the publish creates the table again")
+	require.Equal(t, "after", got)
+}
