@@ -237,10 +237,17 @@ func TestEventSourcedStormOnPostgres(t *testing.T) {
 			require.Equal(t, 20, total)
 			require.Zero(t, projection.backstop, "the backstop never fires")
 
-			// The projection caught up: a sweep leaves the table empty.
+			// The projection caught up: a sweep leaves the table empty. (The
+			// claims of the storm already dropped the reservations of the
+			// values their lookups found shown.)
+			for _, nd := range nodes {
+				require.NoError(t, nd.mw.Flush(context.Background()))
+			}
 			sweep, err := nodes[1].mw.Sweep(context.Background())
 			require.NoError(t, err)
-			require.Equal(t, uniqueness.SweepResult{Dropped: 20}, sweep)
+			require.Zero(t, sweep.Kept, "%+v", sweep)
+			require.Zero(t, sweep.Expired, "%+v", sweep)
+			require.LessOrEqual(t, sweep.Dropped, 20)
 			rs, err := nodes[0].reservations.List(context.Background(), "staff.email", "", 100)
 			require.NoError(t, err)
 			require.Empty(t, rs)
