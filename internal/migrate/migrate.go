@@ -109,10 +109,10 @@ func Postgres(ctx context.Context, cc *pgx.ConnConfig, schema, table string, fsy
 }
 
 // SQLite applies fsys's pending migrations to db, recording them in table.
-// SQLite has no advisory lock: each migration is a transaction that takes
-// the database's write lock, and a migration that finds its work done (a
-// concurrent run, or a database from before versions) does nothing, so
-// runs may overlap.
+// SQLite has no advisory lock: runs in one process take turns (a mutex);
+// runs of two processes may overlap, each migration a transaction of its
+// own, so SQLite migrations must be idempotent (IF NOT EXISTS), and
+// overlapping runs may record a version twice, which is harmless.
 func SQLite(ctx context.Context, db *sql.DB, table string, fsys fs.FS) error {
 	// Runs in one process take turns: goose would otherwise race to create
 	// its version table (and retry after a second).
@@ -139,4 +139,17 @@ func up(ctx context.Context, dialect goose.Dialect, db *sql.DB, table string, fs
 	}
 	_, err = p.Up(ctx)
 	return err
+}
+
+// SQLiteVersion returns the highest applied version recorded in table of
+// db's main database, or 0 when the table does not exist.
+func SQLiteVersion(ctx context.Context, db *sql.DB, table string) (int64, error) {
+	var exists bool
+	err := db.QueryRowContext(ctx, "SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = ?", table).Scan(&exists)
+	if err != nil || !exists {
+		return 0, err
+	}
+	var v int64
+	err = db.QueryRowContext(ctx, `SELECT coalesce(max(version_id), 0) FROM "`+table+`" WHERE is_applied`).Scan(&v)
+	return v, err
 }
