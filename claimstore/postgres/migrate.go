@@ -30,6 +30,10 @@ const VersionTable = "claimbus_claimstore_version"
 // in Migrations.
 var SchemaVersion = migrate.MustLatest(Migrations)
 
+var migrations = migrate.Component{
+	Package: "claimstore/postgres", FS: Migrations, Table: VersionTable, Latest: SchemaVersion, Outdated: ErrSchemaOutdated,
+}
+
 // schemaLockKey is the bigint session advisory lock a migration run holds,
 // so that nodes starting at once take turns. It is lockstore/postgres's, so
 // the two never create one schema at once either.
@@ -51,12 +55,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 		return err
 	}
 	cfg = cfg.withDefaults()
-	return migrateSchema(ctx, pool, cfg.Schema)
-}
-
-func migrateSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	if err := migrate.Postgres(ctx, pool.Config().ConnConfig, schema, VersionTable, Migrations, schemaLockKey); err != nil {
-		return fmt.Errorf("migrate schema %q: %w", schema, err)
+	if err := migrations.MigratePostgres(ctx, pool.Config().ConnConfig, cfg.Schema, schemaLockKey); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
 }
@@ -65,17 +65,5 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error
 // NoAutoMigrate checks that it is there. When it is (every New but the
 // first on a database), that is one read on the pool.
 func (s *Store) ensureSchema(ctx context.Context) error {
-	v, err := migrate.PostgresVersion(ctx, s.pool, s.cfg.Schema, VersionTable)
-	if err != nil {
-		return fmt.Errorf("read the schema version (%s.%s): %w", s.cfg.Schema, VersionTable, err)
-	}
-	switch {
-	case v >= SchemaVersion:
-		return nil
-	case s.cfg.NoAutoMigrate:
-		return fmt.Errorf("%w: schema %q is at version %d, this release needs %d, and Config.NoAutoMigrate is set: "+
-			"run claimstore/postgres.Migrate, or goose up on its Migrations with table %s and search_path=%s",
-			ErrSchemaOutdated, s.cfg.Schema, v, SchemaVersion, VersionTable, s.cfg.Schema)
-	}
-	return migrateSchema(ctx, s.pool, s.cfg.Schema)
+	return migrations.EnsurePostgres(ctx, s.pool, s.pool.Config().ConnConfig, s.cfg.Schema, schemaLockKey, s.cfg.NoAutoMigrate)
 }

@@ -53,8 +53,8 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: no busy timeout, so a write would fail at once while another connection writes: "+
 			"add _busy_timeout=<ms> to the DSN (see lockstore/sqlite.DSN)", ErrUnsuitableDB)
 	}
-	if err := ensureSchema(ctx, db, cfg.NoAutoMigrate); err != nil {
-		return nil, err
+	if err := migrations.EnsureSQLite(ctx, db, cfg.NoAutoMigrate); err != nil {
+		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	return &Store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil

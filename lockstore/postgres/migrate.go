@@ -30,6 +30,10 @@ const VersionTable = "claimbus_lockstore_version"
 // in Migrations.
 var SchemaVersion = migrate.MustLatest(Migrations)
 
+var migrations = migrate.Component{
+	Package: "lockstore/postgres", FS: Migrations, Table: VersionTable, Latest: SchemaVersion, Outdated: ErrSchemaOutdated,
+}
+
 // Migrate applies the pending Migrations to cfg.Schema in pool's database
 // (on a connection of its own, opened with Config.LockConnString when it
 // is set: a session advisory lock needs a session), creating the schema
@@ -53,12 +57,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 		cc = lc
 	}
 	cfg = cfg.withDefaults(cc.RuntimeParams["application_name"])
-	return migrateSchema(ctx, cc, cfg.Schema)
-}
-
-func migrateSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error {
-	if err := migrate.Postgres(ctx, cc, schema, VersionTable, Migrations, schemaLockKey); err != nil {
-		return fmt.Errorf("postgres: migrate schema %q: %w", schema, err)
+	if err := migrations.MigratePostgres(ctx, cc, cfg.Schema, schemaLockKey); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
 }
@@ -67,19 +67,7 @@ func migrateSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error
 // NoAutoMigrate checks that it is there. When it is (every New but the
 // first on a database), that is one read on the pool.
 func (s *Store) ensureSchema(ctx context.Context) error {
-	v, err := migrate.PostgresVersion(ctx, s.pool, s.cfg.Schema, VersionTable)
-	if err != nil {
-		return fmt.Errorf("postgres: New: read the schema version (%s.%s): %w", s.cfg.Schema, VersionTable, err)
-	}
-	switch {
-	case v >= SchemaVersion:
-		return nil
-	case s.cfg.NoAutoMigrate:
-		return fmt.Errorf("postgres: New: %w: schema %q is at version %d, this release needs %d, and Config.NoAutoMigrate is set: "+
-			"run lockstore/postgres.Migrate, or goose up on its Migrations with table %s and search_path=%s",
-			ErrSchemaOutdated, s.cfg.Schema, v, SchemaVersion, VersionTable, s.cfg.Schema)
-	}
-	if err := migrateSchema(ctx, s.connConfig, s.cfg.Schema); err != nil {
+	if err := migrations.EnsurePostgres(ctx, s.pool, s.connConfig, s.cfg.Schema, schemaLockKey, s.cfg.NoAutoMigrate); err != nil {
 		return fmt.Errorf("postgres: New: %w", err)
 	}
 	return nil

@@ -28,6 +28,10 @@ const VersionTable = "claimbus_lockstore_version"
 // in Migrations.
 var SchemaVersion = migrate.MustLatest(Migrations)
 
+var migrations = migrate.Component{
+	Package: "lockstore/sqlite", FS: Migrations, Table: VersionTable, Latest: SchemaVersion, Outdated: ErrSchemaOutdated,
+}
+
 // Migrate applies the pending Migrations to db's main database. It is what
 // New does unless Config.NoAutoMigrate is set, for a deploy step to run
 // before stores that set it open the database.
@@ -35,29 +39,8 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	if db == nil {
 		return errors.New("sqlite: Migrate: nil *sql.DB")
 	}
-	if err := migrate.SQLite(ctx, db, VersionTable, Migrations); err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
-	}
-	return nil
-}
-
-// ensureSchema brings db to SchemaVersion, or with noAuto checks that it is
-// there. When it is (every New but the first on a file), that is two reads.
-func ensureSchema(ctx context.Context, db *sql.DB, noAuto bool) error {
-	v, err := migrate.SQLiteVersion(ctx, db, VersionTable)
-	if err != nil {
-		return fmt.Errorf("sqlite: New: read the schema version (%s): %w", VersionTable, err)
-	}
-	switch {
-	case v >= SchemaVersion:
-		return nil
-	case noAuto:
-		return fmt.Errorf("sqlite: New: %w: the database is at version %d, this release needs %d, and Config.NoAutoMigrate is set: "+
-			"run lockstore/sqlite.Migrate, or goose (dialect sqlite3) up on its Migrations with table %s",
-			ErrSchemaOutdated, v, SchemaVersion, VersionTable)
-	}
-	if err := Migrate(ctx, db); err != nil {
-		return fmt.Errorf("sqlite: New: %w", err)
+	if err := migrations.MigrateSQLite(ctx, db); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
 	}
 	return nil
 }

@@ -96,9 +96,9 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		_ = guard.release() // the error that matters is err
 		return nil, err
 	}
-	if err := ensureSchema(ctx, db, cfg.NoAutoMigrate); err != nil {
+	if err := migrations.EnsureSQLite(ctx, db, cfg.NoAutoMigrate); err != nil {
 		_ = guard.release() // the error that matters is err
-		return nil, err
+		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	tokens, err := newTokenSource(ctx, db)
 	if err != nil {
