@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -87,7 +88,8 @@ func PostgresVersion(ctx context.Context, q Querier, schema, table string) (int6
 
 // Postgres applies fsys's pending migrations to schema on a connection
 // opened with cc (its search_path set to schema, synchronous_commit on, so
-// that a crash cannot lose a migration once it is recorded), recording
+// that a crash cannot lose a migration once it is recorded, and " migrate"
+// after its application_name), recording
 // them in table, which it creates in schema (and schema too) when missing.
 // Every step that writes holds the advisory lock lockKey: the creation of
 // the schema and the table a transaction-level one (see pgPrepare), the
@@ -97,7 +99,11 @@ func Postgres(ctx context.Context, cc *pgx.ConnConfig, schema, table string, fsy
 	// SET after connecting, not startup parameters: PgBouncer refuses
 	// those it does not track.
 	set := "SET search_path = " + pgx.Identifier{schema}.Sanitize() + "; SET synchronous_commit = on"
-	db := stdlib.OpenDB(*cc.Copy(), stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
+	cc = cc.Copy()
+	// Its own application_name, so that pg_stat_activity tells it from
+	// the node's connections (it may linger there a moment after Close).
+	cc.RuntimeParams["application_name"] = strings.TrimSpace(cc.RuntimeParams["application_name"] + " migrate")
+	db := stdlib.OpenDB(*cc, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, set)
 		return err
 	}))
