@@ -11,7 +11,9 @@
 //
 // Each topic is a table ("claimbus_" and the topic), created on first use
 // by whichever node needs it first, behind an advisory lock, so that
-// several nodes may start at once. A message is a row. A subscription
+// several nodes may start at once. These tables are not versioned
+// migrations like the stores' (their names come from the topics; see
+// docs/postgres-production.md, "Migrations"). A message is a row. A subscription
 // takes the oldest row nobody holds (SELECT ... FOR UPDATE SKIP LOCKED, in
 // a transaction), hands the message over, and deletes the row when the
 // message is acked, in the same transaction. So every node's subscription

@@ -29,9 +29,19 @@ const (
 // Config configures a Store. The zero value is ready to use.
 type Config struct {
 	// Schema is the schema of the tables claim_reservation and
-	// claim_outcome, which New creates when they are missing. Default
-	// "claimbus".
+	// claim_outcome and of the migrations' version table
+	// (claimbus_claimstore_version), which New creates or brings up to date
+	// (see Migrations) unless NoAutoMigrate is set. Default "claimbus".
 	Schema string
+
+	// NoAutoMigrate, when true, stops New from creating the schema or
+	// applying migrations: New checks that Schema is at the version this
+	// release needs and fails with an error matching ErrSchemaOutdated when
+	// it is not. Set it when the schema is migrated by a deploy step (Migrate,
+	// or goose on Migrations) and the nodes' role may not create tables.
+	// Default false: New applies pending migrations, under an advisory lock,
+	// so nodes starting together take turns.
+	NoAutoMigrate bool
 
 	// MaxBatch is the most calls of Reserve, Confirm or Cancel that one
 	// statement carries (calls that arrive while a statement runs wait and

@@ -14,12 +14,29 @@
 //
 // # Tables
 //
-// New creates, when missing, the schema Config.Schema (default "claimbus")
-// and in it claim_reservation (namespace, id, owner, confirmed, at; keyed
-// by namespace and id) and claim_outcome (namespace, id, fingerprint,
-// result, err, expires; keyed by namespace and id, indexed by expires).
-// Namespaces and IDs are stored COLLATE "C", so List pages in byte order.
-// A role that may not create them can run a Store once the tables exist.
+// The schema Config.Schema (default "claimbus") holds claim_reservation
+// (namespace, id, owner, confirmed, at; keyed by namespace and id) and
+// claim_outcome (namespace, id, fingerprint, result, err, expires; keyed
+// by namespace and id, indexed by expires). Namespaces and IDs are stored
+// COLLATE "C", so List pages in byte order.
+//
+// # Migrations
+//
+// The tables are created by versioned migrations, goose files
+// (github.com/pressly/goose/v3) exported as Migrations and recorded in the
+// goose version table claimbus_claimstore_version (VersionTable) in
+// Config.Schema. New applies the pending ones on a connection of its own,
+// under the session advisory lock lockstore/postgres takes too, so that
+// nodes starting together take turns; once the schema is at SchemaVersion
+// that costs New one read. The first migration adopts tables an earlier
+// release created, rows and all. With Config.NoAutoMigrate, New creates
+// nothing and fails with ErrSchemaOutdated until the schema is migrated,
+// by Migrate or by goose itself (the files name no schema: run them with
+// search_path set to Config.Schema, the schema created first; see
+// docs/postgres-production.md). A role that may not create tables can run
+// a Store once they are migrated, given SELECT on the version table.
+// Behind PgBouncer in transaction mode, migrate from a direct connection
+// (Migrate on a pool straight to the server) and set NoAutoMigrate.
 //
 // # Clock
 //

@@ -9,6 +9,13 @@ type Config struct {
 	// process's). Default: time.Now. Tests inject a clock they move by
 	// hand.
 	Now func() time.Time
+
+	// NoAutoMigrate, when true, stops New from creating tables or applying
+	// migrations: New checks that the database is at the version this
+	// release needs and fails with an error matching ErrSchemaOutdated when
+	// it is not (run Migrate, or goose on Migrations, first). Default false:
+	// New applies pending migrations.
+	NoAutoMigrate bool
 }
 
 // Validate reports every problem of c at once. Every Config is valid

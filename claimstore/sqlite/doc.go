@@ -14,11 +14,18 @@
 //
 // # Tables
 //
-// New creates, when missing, claimbus_reservation (namespace, id, owner,
+// The database holds claimbus_reservation (namespace, id, owner,
 // confirmed, at; keyed by namespace and id) and claimbus_outcome
 // (namespace, id, fingerprint, result, err, expires; keyed by namespace
 // and id, indexed by expires). Times are stored as Unix nanoseconds. IDs
 // compare with SQLite's BINARY collation, so List pages in byte order.
+//
+// The tables are created by versioned migrations, goose files exported as
+// Migrations (dialect sqlite3) and recorded in claimbus_claimstore_version
+// (VersionTable); New applies the pending ones, or with
+// Config.NoAutoMigrate fails with ErrSchemaOutdated until Migrate (or
+// goose on Migrations) has run. The first migration adopts tables an
+// earlier release created.
 //
 // # Clock
 //

@@ -7,3 +7,8 @@ import "errors"
 // timeout (whose writes fail at once while another connection writes).
 // lockstore/sqlite.DSN returns a connection string that suits.
 var ErrUnsuitableDB = errors.New("sqlite: unsuitable database handle")
+
+// ErrSchemaOutdated is what New returns (wrapped) when Config.NoAutoMigrate
+// is set and the database is not at the migration version this release
+// needs (SchemaVersion); the message names the way to migrate it.
+var ErrSchemaOutdated = errors.New("sqlite: the claim store's schema is not at the version this release needs")

@@ -29,33 +29,12 @@ type Store struct {
 
 var _ claimstore.Store = (*Store)(nil)
 
-// schemaSQL creates the tables. IDs sort in byte order (SQLite's BINARY
-// collation), which List pages by. Times are Unix nanoseconds.
-var schemaSQL = []string{
-	`CREATE TABLE IF NOT EXISTS claimbus_reservation (
-		namespace TEXT NOT NULL,
-		id TEXT NOT NULL,
-		owner TEXT NOT NULL,
-		confirmed INTEGER NOT NULL,
-		at INTEGER NOT NULL,
-		PRIMARY KEY (namespace, id)) WITHOUT ROWID`,
-	`CREATE TABLE IF NOT EXISTS claimbus_outcome (
-		namespace TEXT NOT NULL,
-		id TEXT NOT NULL,
-		fingerprint BLOB,
-		result BLOB,
-		err BLOB,
-		expires INTEGER NOT NULL,
-		PRIMARY KEY (namespace, id)) WITHOUT ROWID`,
-	`CREATE INDEX IF NOT EXISTS claimbus_outcome_expires ON claimbus_outcome (expires)`,
-}
-
 // New returns a store on db, a modernc.org/sqlite handle (see
 // lockstore/sqlite.DSN for a connection string that suits). It fails with
 // an error matching ErrUnsuitableDB when db is another driver's or its
-// connections have no busy timeout. It creates the tables
-// claimbus_reservation and claimbus_outcome unless they exist; ctx bounds
-// that.
+// connections have no busy timeout. It brings the tables
+// claimbus_reservation and claimbus_outcome up to date (see Migrations), or
+// with Config.NoAutoMigrate only checks their version; ctx bounds that.
 func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: New: nil *sql.DB")
@@ -74,10 +53,8 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: no busy timeout, so a write would fail at once while another connection writes: "+
 			"add _busy_timeout=<ms> to the DSN (see lockstore/sqlite.DSN)", ErrUnsuitableDB)
 	}
-	for _, q := range schemaSQL {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return nil, fail("New: create the tables", err)
-		}
+	if err := migrations.EnsureSQLite(ctx, db, cfg.NoAutoMigrate); err != nil {
+		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	return &Store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil

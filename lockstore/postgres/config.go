@@ -79,9 +79,20 @@ type Config struct {
 	// connection holds any number of locks. Default 2, at most 64.
 	LockConns int
 
-	// Schema is the schema of the fencing-token sequence (lock_token), which
-	// New creates when it is missing. Default "claimbus".
+	// Schema is the schema of the fencing-token sequence (lock_token), the
+	// epoch tables and the migrations' version table
+	// (claimbus_lockstore_version), which New creates or brings up to date
+	// (see Migrations) unless NoAutoMigrate is set. Default "claimbus".
 	Schema string
+
+	// NoAutoMigrate, when true, stops New from creating the schema or
+	// applying migrations: New checks that Schema is at the version this
+	// release needs and fails with an error matching ErrSchemaOutdated when
+	// it is not. Set it when the schema is migrated by a deploy step (Migrate,
+	// or goose on Migrations) and the nodes' role may not create tables.
+	// Default false: New applies pending migrations, under an advisory lock,
+	// so nodes starting together take turns.
+	NoAutoMigrate bool
 
 	// Node names this process in Held. The lock connections carry it as
 	// their application_name, which is how other nodes see it in

@@ -53,9 +53,29 @@
 // unlocked.
 //
 // Fencing tokens come from a sequence (Config.Schema, default "claimbus",
-// created by New when missing, with the epoch tables that keep it rising
-// across crash recovery) read in the statement that takes the lock, so
-// they cost no round trip and grow across all nodes.
+// with the epoch tables that keep it rising across crash recovery) read in
+// the statement that takes the lock, so they cost no round trip and grow
+// across all nodes.
+//
+// # Migrations
+//
+// The sequence and the epoch tables are created by versioned migrations,
+// goose files (github.com/pressly/goose/v3) exported as Migrations and
+// recorded in the goose version table claimbus_lockstore_version
+// (VersionTable) in Config.Schema. New applies the pending ones, under a
+// session advisory lock so that nodes starting together take turns; once
+// the schema is at SchemaVersion that costs New one read. The first
+// migration adopts a schema an earlier release created (sequence value and
+// epoch kept). With Config.NoAutoMigrate, New creates nothing and fails
+// with ErrSchemaOutdated until the schema is migrated, by Migrate or by
+// goose itself: the files name no schema, so run them with search_path
+// set to Config.Schema, the schema created first:
+//
+//	goose -dir lockstore/postgres/migrations -table claimbus_lockstore_version \
+//		postgres "postgres://admin@db/app?search_path=claimbus" up
+//
+// or, from Go, goose.NewProvider(goose.DialectPostgres, db, postgres.Migrations,
+// goose.WithTableName(postgres.VersionTable)) on such a connection.
 //
 // # Losing a lock: the contract
 //

@@ -41,23 +41,12 @@ import (
 // epochLockKey is the bigint advisory lock that serializes epoch bumps.
 const epochLockKey int64 = 0x636c61696d657063 // "claimepc"
 
-// Names of the epoch tables in Config.Schema.
+// Names of the epoch tables in Config.Schema (created by the migrations:
+// see migrations/).
 const (
 	epochTable     = "lock_epoch"
 	epochLiveTable = "lock_epoch_live"
 )
-
-// epochSchemaSQL creates the epoch tables in schema, with the counter at
-// 0. It runs under schemaLockKey (see createSchema).
-func epochSchemaSQL(schema string) []string {
-	epoch := pgx.Identifier{schema, epochTable}.Sanitize()
-	live := pgx.Identifier{schema, epochLiveTable}.Sanitize()
-	return []string{
-		"CREATE TABLE IF NOT EXISTS " + epoch + " (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)",
-		"INSERT INTO " + epoch + " (id, epoch) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
-		"CREATE UNLOGGED TABLE IF NOT EXISTS " + live + " (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)",
-	}
-}
 
 // bumpEpoch runs an epoch bump (see the comment at the top of this file)
 // on conn, a connection outside any transaction, in one round trip. On

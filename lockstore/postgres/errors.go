@@ -12,3 +12,8 @@ import "errors"
 // Config.LockConnString and docs/postgres-production.md.
 var ErrNoSession = errors.New("postgres: the lock connections go through a pooler in transaction or statement mode (PgBouncer?): " +
 	"session advisory locks need a session: give Config.LockConnString a connection string straight to the server (or a session-mode pool)")
+
+// ErrSchemaOutdated is what New returns (wrapped) when Config.NoAutoMigrate
+// is set and Config.Schema is not at the migration version this release
+// needs (SchemaVersion); the message names the way to migrate it.
+var ErrSchemaOutdated = errors.New("postgres: the lock store's schema is not at the version this release needs")

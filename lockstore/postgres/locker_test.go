@@ -42,9 +42,11 @@ func TestConformance(t *testing.T) {
 }
 
 // TestNewWithoutCreatePrivilege runs a node as a role that may not create
-// anything: once an administrator has created the schema, the sequence and
-// the epoch tables (docs/postgres-production.md), New only reads the
-// catalog.
+// anything: on a schema an earlier release created (the sequence and the
+// epoch tables, no version table), New fails to migrate it, and with
+// NoAutoMigrate says it is outdated; once an administrator has run Migrate
+// and granted SELECT on the version table (docs/postgres-production.md),
+// New only reads.
 func TestNewWithoutCreatePrivilege(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -79,7 +81,18 @@ func TestNewWithoutCreatePrivilege(t *testing.T) {
 	require.NoError(t, err)
 	u.User = url.User(role)
 	pool := pgtest.Connect(t, u.String(), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "restricted"})
-	s, err := New(ctx, pool, Config{})
+	_, err = New(ctx, pool, Config{})
+	require.ErrorContains(t, err, "permission denied")
+	_, err = New(ctx, pool, Config{NoAutoMigrate: true})
+	require.ErrorIs(t, err, ErrSchemaOutdated)
+	adminPool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "admin"})
+	require.NoError(t, Migrate(ctx, adminPool, Config{}))
+	_, err = admin.Exec(ctx, `GRANT SELECT ON claimbus.`+VersionTable+` TO `+role)
+	require.NoError(t, err)
+	s, err := New(ctx, pool, Config{NoAutoMigrate: true})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	s, err = New(ctx, pool, Config{})
 	require.NoError(t, err)
 	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "ns", ID: "1"})
 	require.NoError(t, err)

@@ -23,10 +23,10 @@ import (
 // tokenSequence is the name of the fencing-token sequence in Config.Schema.
 const tokenSequence = "lock_token"
 
-// schemaLockKey is the bigint advisory lock New holds, for the length of
-// its transaction, while it creates the schema and the sequence, so that
-// nodes starting at once do not race on CREATE ... IF NOT EXISTS (which can
-// fail with a unique violation when two sessions run it together). The
+// schemaLockKey is the bigint session advisory lock a migration run holds
+// (see migrate.go), so that nodes starting at once take turns rather than
+// race on CREATE ... (which can fail with a unique violation when two
+// sessions run it together). claimstore/postgres takes the same key. The
 // bigint form has a key space of its own, apart from the two-int lock ids.
 const schemaLockKey int64 = 0x636c61696d627573 // "claimbus"
 
@@ -95,9 +95,9 @@ type Store struct {
 	wg sync.WaitGroup
 }
 
-// New returns a store on pool's database. It validates cfg, creates the
-// schema and the fencing-token sequence when missing (safe when many nodes
-// start at once) and connects the lock connections, which it opens with the
+// New returns a store on pool's database. It validates cfg, brings the
+// schema up to date (see Migrations: safe when many nodes start at once;
+// with Config.NoAutoMigrate it only checks the version) and connects the lock connections, which it opens with the
 // pool's connection configuration (credentials, application_name and
 // settings carry over) but outside the pool, or with Config.LockConnString
 // when it is set. It fails with an error matching ErrNoSession when the
@@ -141,9 +141,6 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.queue = newTurnQueue()
 	s.serial = newTurnQueue()
 
-	if err := s.createSchema(ctx); err != nil {
-		return nil, err
-	}
 	if err := s.sizeCapacity(ctx); err != nil {
 		return nil, err
 	}
@@ -188,6 +185,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	cctx, cancel := context.WithTimeout(s.ctx, cfg.ConnectTimeout)
 	err := checkSessions(cctx, pool, opened, ids)
 	cancel()
+	if err == nil {
+		// After the session check, so that a pooler in transaction mode is
+		// reported as such; before setup, whose epoch bump needs the tables.
+		err = s.ensureSchema(ctx)
+	}
 	if err != nil {
 		closeOpened()
 		return nil, err
@@ -253,53 +255,6 @@ func lockConnConfig(pool *pgx.ConnConfig, cfg Config) *pgx.ConnConfig {
 		return nc, nil
 	}
 	return cc
-}
-
-// createSchema creates the schema, the sequence and the epoch tables (see
-// epoch.go) unless they exist, as in an earlier release that had the
-// sequence only. It first looks (a plain read, no privilege needed beyond
-// USAGE), and only creates under a transaction-level advisory lock.
-func (s *Store) createSchema(ctx context.Context) error {
-	seq := pgx.Identifier{s.cfg.Schema, tokenSequence}.Sanitize()
-	epoch := pgx.Identifier{s.cfg.Schema, epochTable}.Sanitize()
-	live := pgx.Identifier{s.cfg.Schema, epochLiveTable}.Sanitize()
-	var exists bool
-	err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
-		seq, epoch, live).Scan(&exists)
-	if err != nil {
-		return fmt.Errorf("postgres: New: look up sequence %s: %w", seq, err)
-	}
-	if exists {
-		return nil
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::int8)", schemaLockKey); err != nil {
-			return err
-		}
-		// A crash must not lose the schema once New has returned, whatever
-		// the server's synchronous_commit.
-		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
-			return err
-		}
-		// CACHE 1: a session caching values would hand out tokens out of
-		// order across nodes.
-		if _, err := tx.Exec(ctx, "CREATE SEQUENCE IF NOT EXISTS "+seq+" AS bigint MINVALUE 1 NO CYCLE CACHE 1"); err != nil {
-			return err
-		}
-		for _, q := range epochSchemaSQL(s.cfg.Schema) {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("postgres: New: create schema %q, sequence %s and epoch tables: %w", s.cfg.Schema, seq, err)
-	}
-	return nil
 }
 
 // sizeCapacity sets maxHeld (Config.MaxHeld, or a quarter of the

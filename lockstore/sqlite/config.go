@@ -30,6 +30,13 @@ type Config struct {
 	// to a service (systemd's PrivateTmp) or aged by a cleaner. Default:
 	// DefaultLockDir.
 	LockDir string
+
+	// NoAutoMigrate, when true, stops New from creating tables or applying
+	// migrations: New checks that the database is at the version this
+	// release needs and fails with an error matching ErrSchemaOutdated when
+	// it is not (run Migrate, or goose on Migrations, first). Default false:
+	// New applies pending migrations.
+	NoAutoMigrate bool
 }
 
 // DefaultLockDir is the LockDir a zero Config uses: a fixed path rather

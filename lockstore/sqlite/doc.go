@@ -85,4 +85,13 @@
 // commit one by one. Both give fn a fencing token (lockstore.TokenFrom)
 // that rises across restarts of the store on the file: New keeps its
 // high-water mark in the table claimbus_token.
+//
+// # Migrations
+//
+// claimbus_token is created by versioned migrations, goose files exported
+// as Migrations (dialect sqlite3) and recorded in
+// claimbus_lockstore_version (VersionTable); New applies the pending ones,
+// or with Config.NoAutoMigrate fails with ErrSchemaOutdated until Migrate
+// (or goose on Migrations) has run. The first migration adopts a file an
+// earlier release wrote, mark and all.
 package sqlite

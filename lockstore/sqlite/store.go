@@ -64,9 +64,10 @@ var (
 // memory (no file to lock), when its transactions do not begin IMMEDIATE
 // (_txlock=immediate) or when it has no busy timeout (_busy_timeout); with
 // ErrFileLocked when another Store holds the file, under any name. ctx
-// bounds these checks. It creates the table claimbus_token (the fencing
-// tokens' high-water mark, see Serialize) unless it exists, and reserves a
-// block of tokens in it.
+// bounds these checks. It brings the table claimbus_token (the fencing
+// tokens' high-water mark, see Serialize) up to date (see Migrations), or
+// with Config.NoAutoMigrate only checks its version, and reserves a block
+// of tokens in it.
 //
 // The Store does not own db: Close leaves it open.
 func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
@@ -94,6 +95,10 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if err := checkTransactions(ctx, db, drv, path); err != nil {
 		_ = guard.release() // the error that matters is err
 		return nil, err
+	}
+	if err := migrations.EnsureSQLite(ctx, db, cfg.NoAutoMigrate); err != nil {
+		_ = guard.release() // the error that matters is err
+		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	tokens, err := newTokenSource(ctx, db)
 	if err != nil {

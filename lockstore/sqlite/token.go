@@ -27,7 +27,8 @@ import (
 // tokenBlock is how many tokens one reservation covers.
 const tokenBlock = 1 << 32
 
-// tokenTable holds the high-water mark.
+// tokenTable holds the high-water mark (created by the migrations: see
+// migrations/).
 const tokenTable = "claimbus_token"
 
 // errTokensExhausted is returned in the unlikely case that a transaction
@@ -47,8 +48,7 @@ type tokenSource struct {
 	block int64 // the size of a reservation
 }
 
-// newTokenSource creates the table unless it exists and reserves the first
-// block.
+// newTokenSource reserves the first block (the table is the migrations').
 func newTokenSource(ctx context.Context, db *sql.DB) (*tokenSource, error) {
 	ts := &tokenSource{db: db, block: tokenBlock}
 	start, limit, err := ts.reserve(ctx, 1)
@@ -138,9 +138,6 @@ func (ts *tokenSource) reserve(ctx context.Context, from int64) (start, limit in
 			return err
 		}
 		defer func() { _ = tx.Rollback() }()
-		if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+tokenTable+" (id INTEGER PRIMARY KEY CHECK (id = 1), next INTEGER NOT NULL)"); err != nil {
-			return err
-		}
 		var stored int64
 		err = tx.QueryRowContext(ctx, "SELECT next FROM "+tokenTable+" WHERE id = 1").Scan(&stored)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {

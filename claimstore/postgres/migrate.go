@@ -1,0 +1,69 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/claimbus/claimbus/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations are the store's schema migrations, goose files
+// (github.com/pressly/goose/v3) at the root of the FS, for teams that run
+// migrations with their own tool. They name no schema: run them with
+// search_path set to Config.Schema (created beforehand), and record them in
+// the version table VersionTable, as New and Migrate do. See
+// docs/postgres-production.md, "Migrations".
+var Migrations = migrate.Sub(migrationFiles, "migrations")
+
+// VersionTable is the goose version table, in Config.Schema, that records
+// which of Migrations are applied.
+const VersionTable = "claimbus_claimstore_version"
+
+// SchemaVersion is the migration version this release needs: the highest
+// in Migrations.
+var SchemaVersion = migrate.MustLatest(Migrations)
+
+var migrations = migrate.Component{
+	Package: "claimstore/postgres", FS: Migrations, Table: VersionTable, Latest: SchemaVersion, Outdated: ErrSchemaOutdated,
+}
+
+// schemaLockKey is the bigint session advisory lock a migration run holds,
+// so that nodes starting at once take turns. It is lockstore/postgres's, so
+// the two never create one schema at once either.
+const schemaLockKey int64 = 0x636c61696d627573 // "claimbus"
+
+// Migrate applies the pending Migrations to cfg.Schema in pool's database,
+// on a connection of its own opened with the pool's configuration (a
+// session advisory lock needs a session: behind PgBouncer in transaction
+// mode give Migrate a pool straight to the server), creating the schema
+// when missing, under the advisory lock New takes, and returns when the
+// schema is at SchemaVersion. It is what New does unless
+// Config.NoAutoMigrate is set, for a deploy step to run before nodes that
+// set it start.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
+	if pool == nil {
+		return errors.New("postgres: Migrate: nil pool")
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	if err := migrations.MigratePostgres(ctx, pool.Config().ConnConfig, cfg.Schema, schemaLockKey); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+// ensureSchema brings Config.Schema to SchemaVersion, or with
+// NoAutoMigrate checks that it is there. When it is (every New but the
+// first on a database), that is one read on the pool.
+func (s *Store) ensureSchema(ctx context.Context) error {
+	return migrations.EnsurePostgres(ctx, s.pool, s.pool.Config().ConnConfig, s.cfg.Schema, schemaLockKey, s.cfg.NoAutoMigrate)
+}

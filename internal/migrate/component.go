@@ -1,0 +1,78 @@
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Component is one package's migrations, and how New reports them.
+type Component struct {
+	// Package names the package in messages ("lockstore/postgres").
+	Package string
+	// FS holds the goose files, Table is the version table, Latest the
+	// version the release needs.
+	FS     fs.FS
+	Table  string
+	Latest int64
+	// Outdated is the package's ErrSchemaOutdated.
+	Outdated error
+}
+
+// EnsurePostgres brings schema to c.Latest (Postgres, on a connection
+// opened with cc), or with noAuto checks that it is there and returns an
+// error matching c.Outdated that names the ways to migrate it. When the
+// schema is current it is one read on q.
+func (c Component) EnsurePostgres(ctx context.Context, q Querier, cc *pgx.ConnConfig, schema string, lockKey int64, noAuto bool) error {
+	v, err := PostgresVersion(ctx, q, schema, c.Table)
+	if err != nil {
+		return fmt.Errorf("read the schema version (%s.%s): %w", schema, c.Table, err)
+	}
+	switch {
+	case v >= c.Latest:
+		return nil
+	case noAuto:
+		return fmt.Errorf("%w: schema %q is at version %d, this release needs %d, and Config.NoAutoMigrate is set: "+
+			"run %s.Migrate, or goose up on its Migrations with table %s and search_path=%s",
+			c.Outdated, schema, v, c.Latest, c.Package, c.Table, schema)
+	}
+	return c.MigratePostgres(ctx, cc, schema, lockKey)
+}
+
+// MigratePostgres is Postgres for c, its error naming the schema.
+func (c Component) MigratePostgres(ctx context.Context, cc *pgx.ConnConfig, schema string, lockKey int64) error {
+	if err := Postgres(ctx, cc, schema, c.Table, c.FS, lockKey); err != nil {
+		return fmt.Errorf("migrate schema %q: %w", schema, err)
+	}
+	return nil
+}
+
+// EnsureSQLite brings db to c.Latest (SQLite), or with noAuto checks that
+// it is there and returns an error matching c.Outdated that names the ways
+// to migrate it.
+func (c Component) EnsureSQLite(ctx context.Context, db *sql.DB, noAuto bool) error {
+	v, err := SQLiteVersion(ctx, db, c.Table)
+	if err != nil {
+		return fmt.Errorf("read the schema version (%s): %w", c.Table, err)
+	}
+	switch {
+	case v >= c.Latest:
+		return nil
+	case noAuto:
+		return fmt.Errorf("%w: the database is at version %d, this release needs %d, and Config.NoAutoMigrate is set: "+
+			"run %s.Migrate, or goose (dialect sqlite3) up on its Migrations with table %s",
+			c.Outdated, v, c.Latest, c.Package, c.Table)
+	}
+	return c.MigrateSQLite(ctx, db)
+}
+
+// MigrateSQLite is SQLite for c.
+func (c Component) MigrateSQLite(ctx context.Context, db *sql.DB) error {
+	if err := SQLite(ctx, db, c.Table, c.FS); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package postgres
+
+import (
+	"fmt"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/internal/migrate"
+	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// release0 is the schema the release before versioned migrations created
+// at New (createSchema and epochSchemaSQL), statement for statement.
+func release0(schema string) []string {
+	seq := pgx.Identifier{schema, "lock_token"}.Sanitize()
+	epoch := pgx.Identifier{schema, "lock_epoch"}.Sanitize()
+	live := pgx.Identifier{schema, "lock_epoch_live"}.Sanitize()
+	return []string{
+		"CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{schema}.Sanitize(),
+		"CREATE SEQUENCE IF NOT EXISTS " + seq + " AS bigint MINVALUE 1 NO CYCLE CACHE 1",
+		"CREATE TABLE IF NOT EXISTS " + epoch + " (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)",
+		"INSERT INTO " + epoch + " (id, epoch) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+		"CREATE UNLOGGED TABLE IF NOT EXISTS " + live + " (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)",
+	}
+}
+
+// appliedVersions lists the versions recorded in schema's version table,
+// version 0 (goose's mark of a new table) left out, one entry per row.
+func appliedVersions(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
+	t.Helper()
+	rows, err := pool.Query(testCtx(t), "SELECT version_id FROM "+pgx.Identifier{schema, VersionTable}.Sanitize()+
+		" WHERE is_applied AND version_id > 0 ORDER BY id")
+	require.NoError(t, err)
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return versions
+}
+
+// allVersions is 1 to SchemaVersion.
+func allVersions() []int64 {
+	var vs []int64
+	for v := int64(1); v <= SchemaVersion; v++ {
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+func drawToken(t *testing.T, s *Store) int64 {
+	t.Helper()
+	ctx := testCtx(t)
+	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "ns", ID: "1"})
+	require.NoError(t, err)
+	token := l.Token()
+	require.NoError(t, l.Release(ctx))
+	return token
+}
+
+func TestSchemaVersionIsTheLatestMigration(t *testing.T) {
+	t.Parallel()
+	v, err := migrate.Latest(Migrations)
+	require.NoError(t, err)
+	require.Equal(t, v, SchemaVersion)
+	require.Positive(t, SchemaVersion)
+}
+
+// TestMigrateUpgradesRelease0: a schema the earlier releases created (the
+// sequence and the epoch tables; before that, the sequence alone), with
+// tokens handed out, is adopted by the first migration: New records the
+// versions and tokens keep rising past the ones handed out.
+func TestMigrateUpgradesRelease0(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		stmts func(schema string) []string
+	}{
+		{"SequenceAndEpoch", release0},
+		{"SequenceOnly", func(schema string) []string { return release0(schema)[:2] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+			const schema = "Old Locks"
+			for _, q := range tc.stmts(schema) {
+				_, err := pool.Exec(ctx, q)
+				require.NoError(t, err, q)
+			}
+			// Tokens of the last run: epoch 5, and some drawn in it.
+			seq := pgx.Identifier{schema, "lock_token"}.Sanitize()
+			last := int64(5)<<32 + 7
+			_, err := pool.Exec(ctx, "SELECT setval($1::regclass, $2)", seq, last)
+			require.NoError(t, err)
+			if len(tc.stmts(schema)) > 2 {
+				_, err = pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "lock_epoch"}.Sanitize()+" SET epoch = 5")
+				require.NoError(t, err)
+			}
+
+			s := newTestStore(t, pool, Config{Schema: schema})
+			require.Equal(t, allVersions(), appliedVersions(t, pool, schema))
+			require.Greater(t, drawToken(t, s), last)
+			var epoch int64
+			require.NoError(t, pool.QueryRow(ctx, "SELECT epoch FROM "+pgx.Identifier{schema, "lock_epoch"}.Sanitize()).Scan(&epoch))
+			if len(tc.stmts(schema)) > 2 {
+				require.Greater(t, epoch, int64(5), "the epoch survives and is bumped")
+			}
+		})
+	}
+}
+
+// TestMigrateFreshDatabase: New on an empty database creates the schema
+// and records every version once; a second New on it migrates nothing.
+func TestMigrateFreshDatabase(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+	s := newTestStore(t, pool, Config{})
+	require.Equal(t, allVersions(), appliedVersions(t, pool, DefaultSchema))
+	first := drawToken(t, s)
+	s2 := newTestStore(t, pool, Config{})
+	require.Equal(t, allVersions(), appliedVersions(t, pool, DefaultSchema))
+	require.Greater(t, drawToken(t, s2), first)
+}
+
+// TestMigrateNodesStartingTogether: nodes calling New at once on a fresh
+// database all succeed, and the migrations ran once.
+func TestMigrateNodesStartingTogether(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	const nodes = 4
+	pools := make([]*pgxpool.Pool, nodes)
+	for i := range pools {
+		pools[i] = pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: fmt.Sprint("node-", i)})
+	}
+	stores := make([]*Store, nodes)
+	errs := make([]error, nodes)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range nodes {
+		wg.Go(func() {
+			<-start
+			stores[i], errs[i] = New(testCtx(t), pools[i], Config{})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range nodes {
+		require.NoError(t, errs[i], "node %d", i)
+		require.NoError(t, stores[i].Close())
+	}
+	require.Equal(t, allVersions(), appliedVersions(t, pools[0], DefaultSchema))
+}
+
+// TestNoAutoMigrate: with NoAutoMigrate, New on an empty database creates
+// nothing and fails with ErrSchemaOutdated; once the exported Migrations
+// are applied with goose directly (search_path in the connection string,
+// the schema created beforehand, as docs/postgres-production.md says), it
+// succeeds.
+func TestNoAutoMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dsn := pgtest.DSN(t)
+	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4})
+	const schema = "team_locks"
+	cfg := Config{Schema: schema, NoAutoMigrate: true}
+	_, err := New(ctx, pool, cfg)
+	require.ErrorIs(t, err, ErrSchemaOutdated)
+	require.ErrorContains(t, err, "Migrate")
+	var created bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", schema).Scan(&created))
+	require.False(t, created, "NoAutoMigrate creates nothing")
+
+	_, err = pool.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	db := stdlib.OpenDB(*mustParse(t, u.String()))
+	defer func() { require.NoError(t, db.Close()) }()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations, goose.WithTableName(VersionTable))
+	require.NoError(t, err)
+	results, err := p.Up(ctx)
+	require.NoError(t, err)
+	require.Len(t, results, int(SchemaVersion))
+
+	s := newTestStore(t, pool, cfg)
+	require.Positive(t, drawToken(t, s))
+	require.Equal(t, allVersions(), appliedVersions(t, pool, schema))
+}
+
+func mustParse(t *testing.T, dsn string) *pgx.ConnConfig {
+	t.Helper()
+	cc, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	return cc
+}
