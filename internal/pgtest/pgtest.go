@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +75,7 @@ type mainRunner struct{ m *testing.M }
 
 func (r mainRunner) Run() int {
 	code := r.m.Run()
+	waitPgxCleanup()
 	if err := stopShared(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest: stop the throwaway cluster:", err)
 		if code == 0 {
@@ -210,4 +213,26 @@ func terminate(ctx context.Context, dsn, applicationName string, thisDatabase bo
 		return 0, fmt.Errorf("pgtest: terminate backends: %w", err)
 	}
 	return n, nil
+}
+
+// pgxCleanup is the goroutine pgx starts to close a connection that was
+// closed mid-query: it sends the server a cancel request and drains the
+// connection, for at most 15 s (pgconn's own deadline).
+const pgxCleanup = "pgconn.(*PgConn).asyncClose.func1"
+
+// waitPgxCleanup waits, at most 16 s, until no goroutine of pgx's
+// connection clean-up runs any more, so that the leak check after the tests
+// does not count those pgx owns and ends by themselves (a test that cut a
+// connection through a fault proxy leaves its cancel request waiting on a
+// server that never answers until pgx's deadline).
+func waitPgxCleanup() {
+	deadline := time.Now().Add(16 * time.Second)
+	buf := make([]byte, 1<<20)
+	for time.Now().Before(deadline) {
+		n := runtime.Stack(buf, true)
+		if !bytes.Contains(buf[:n], []byte(pgxCleanup)) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
