@@ -80,8 +80,10 @@
 //     size), claimbus.lockconn.reconnects, claimbus.locks.lost and
 //     claimbus.locks.capacity_refusals (counters). A store reports what it
 //     keeps (see lockstore.Stats); the others stay 0.
-//   - Observable, per ObserveClaims: claimbus.claims.held and
-//     claimbus.claims.waiting (gauges).
+//   - Observable, per ObserveClaims: claimbus.claims.held,
+//     claimbus.claims.waiting and claimbus.reservations.pending (gauges),
+//     claimbus.reservations.confirmed and claimbus.reservations.cancelled
+//     (counters).
 //
 // Durations use explicit buckets from 100µs to 30s.
 //

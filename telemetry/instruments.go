@@ -51,6 +51,10 @@ const (
 	MetricCapacityRefusals = "claimbus.locks.capacity_refusals"
 	MetricClaimsHeld       = "claimbus.claims.held"
 	MetricClaimsWaiting    = "claimbus.claims.waiting"
+
+	MetricReservationsPending   = "claimbus.reservations.pending"
+	MetricReservationsConfirmed = "claimbus.reservations.confirmed"
+	MetricReservationsCancelled = "claimbus.reservations.cancelled"
 )
 
 // durationBuckets are the histogram bounds, in seconds: 100µs to 30s.
@@ -68,6 +72,8 @@ type instruments struct {
 	roundTrips, batched, reconnects metric.Int64ObservableCounter
 	locksLost, capacity             metric.Int64ObservableCounter
 	claimsHeld, claimsWaiting       metric.Int64ObservableGauge
+	resvPending                     metric.Int64ObservableGauge
+	resvConfirmed, resvCancelled    metric.Int64ObservableCounter
 }
 
 func (in *instruments) init(m metric.Meter) error {
@@ -108,10 +114,13 @@ func (in *instruments) init(m metric.Meter) error {
 	in.capacity = total(MetricCapacityRefusals, "{request}", "Lock requests refused for lack of capacity.")
 	in.claimsHeld = gauge(MetricClaimsHeld, "{claim}", "Claims of this process granted and not released.")
 	in.claimsWaiting = gauge(MetricClaimsWaiting, "{claim}", "Claimants of this process waiting for a key.")
+	in.resvPending = gauge(MetricReservationsPending, "{reservation}", "Reservations this process wrote and has not confirmed or cancelled yet.")
+	in.resvConfirmed = total(MetricReservationsConfirmed, "{reservation}", "Reservations this process confirmed (their commands succeeded).")
+	in.resvCancelled = total(MetricReservationsCancelled, "{reservation}", "Reservations this process cancelled (their commands failed).")
 	return errors.Join(errs...)
 }
 
 func (in *instruments) observables() []metric.Observable {
 	return []metric.Observable{in.locksHeld, in.locksWaiting, in.roundTrips, in.batched, in.reconnects,
-		in.locksLost, in.capacity, in.claimsHeld, in.claimsWaiting}
+		in.locksLost, in.capacity, in.claimsHeld, in.claimsWaiting, in.resvPending, in.resvConfirmed, in.resvCancelled}
 }

@@ -166,6 +166,9 @@ func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
 		s := c.src.Stats()
 		o.ObserveInt64(in.claimsHeld, s.Held, c.attrs)
 		o.ObserveInt64(in.claimsWaiting, s.Waiting, c.attrs)
+		o.ObserveInt64(in.resvPending, s.ReservationsPending, c.attrs)
+		o.ObserveInt64(in.resvConfirmed, s.ReservationsConfirmed, c.attrs)
+		o.ObserveInt64(in.resvCancelled, s.ReservationsCancelled, c.attrs)
 	}
 	return nil
 }

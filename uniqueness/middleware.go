@@ -192,6 +192,8 @@ type Middleware struct {
 	compare        func(a, b lockstore.Key) int
 	// confirms counts the confirmations of reservations under way.
 	confirms inFlight
+	// resv counts the reservations of this middleware (see Stats).
+	resv reservationCounts
 }
 
 var _ middleware.Middleware = (*Middleware)(nil)

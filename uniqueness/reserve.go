@@ -73,6 +73,9 @@ func (g *group) reserve(ctx context.Context, t *target) (heldByOther bool, err e
 		return false, fmt.Errorf("field %s: reservation: %w", t.rule.field, err)
 	}
 	t.reserved = ok
+	if ok {
+		g.h.m.resv.pending.Add(1)
+	}
 	return !ok, nil
 }
 
@@ -100,7 +103,10 @@ func (g *group) cancelReserved(ctx context.Context) {
 		err := t.rule.reserve.Cancel(cctx, t.key, g.h.owner)
 		end(err)
 		cancel()
-		if err != nil {
+		if err == nil {
+			g.h.m.resv.settled(&g.h.m.resv.cancelled)
+		} else {
+			g.h.m.resv.pending.Add(-1) // no longer this process's to settle
 			g.h.m.logger.LogAttrs(ctx, slog.LevelWarn,
 				"cannot cancel a reservation: its value stays taken until the lookup shows it or maxLag passes",
 				slog.String("command_id", g.h.owner), slog.String("key", t.key.String()), slog.Any("error", err))
@@ -127,6 +133,7 @@ func (h *held) confirm(ctx context.Context) error {
 				continue
 			}
 			t.confirmed = true
+			g.h.m.resv.settled(&g.h.m.resv.confirmed)
 		}
 	}
 	return errors.Join(errs...)
@@ -193,11 +200,14 @@ func (m *Middleware) confirmLater(ctx context.Context, commandID string, h *held
 			err := c.store.Confirm(cctx, c.key, c.owner)
 			switch {
 			case err == nil:
+				m.resv.settled(&m.resv.confirmed)
 			case errors.Is(err, claimstore.ErrNotReserved):
+				m.resv.pending.Add(-1)
 				m.logger.LogAttrs(ctx, slog.LevelWarn,
 					"reservation gone before its confirmation: dropped because the lookup shows its value, or taken over after maxLag",
 					slog.String("command_id", commandID), slog.String("key", c.key.String()), slog.Any("error", err))
 			default:
+				m.resv.pending.Add(-1) // no longer this process's to settle
 				m.logger.LogAttrs(ctx, slog.LevelError,
 					"reservation not confirmed: its value stays taken until the lookup shows it or maxLag passes",
 					slog.String("command_id", commandID), slog.String("key", c.key.String()), slog.Any("error", err))

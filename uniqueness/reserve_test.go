@@ -499,3 +499,37 @@ func TestConfirmationAfterTheAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Middleware.Stats counts the reservations of this process: pending while
+// a command runs, then confirmed when it succeeded or cancelled when it
+// failed.
+func TestReservationStats(t *testing.T) {
+	t.Parallel()
+	table := newEventTable()
+	mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t),
+		Rules: []uniqueness.Rule{eventRule(table, claimstore.NewMemory(claimstore.MemoryConfig{}), time.Hour)}})
+	gate := newGate()
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+		switch c.StaffID {
+		case "slow":
+			if err := gate.wait(ctx); err != nil {
+				return "", err
+			}
+		case "fail":
+			return "", errors.New("no")
+		}
+		return eventHandler(table)(ctx, c)
+	}))
+	slow := dispatchAsync(b, &commands.CreateStaff{StaffID: "slow", Email: "a@x.org", Name: "A"})
+	requireClosed(t, gate.started, "the slow handler's start")
+	require.Equal(t, int64(1), mw.Stats().ReservationsPending)
+	close(gate.open)
+	require.NoError(t, receive(t, slow).err)
+	_, err := bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "fail", Email: "b@x.org", Name: "B"})
+	require.Error(t, err)
+	require.NoError(t, mw.Flush(context.Background()))
+	st := mw.Stats()
+	require.Zero(t, st.ReservationsPending)
+	require.Equal(t, int64(1), st.ReservationsConfirmed)
+	require.Equal(t, int64(1), st.ReservationsCancelled)
+}

@@ -1,5 +1,7 @@
 package uniqueness
 
+import "sync/atomic"
+
 // Stats are the counts of a Claimer's claims at one moment.
 type Stats struct {
 	// Held is the number of claims of this process granted and not yet
@@ -8,6 +10,15 @@ type Stats struct {
 	// Waiting is the number of claimants of this process waiting for the
 	// Locker to grant them a key.
 	Waiting int64
+	// ReservationsPending is the number of reservations (Reserve) this
+	// process wrote and has neither confirmed nor cancelled yet: commands
+	// running, or succeeded and confirming. Middleware.Stats only.
+	ReservationsPending int64
+	// ReservationsConfirmed and ReservationsCancelled count the
+	// reservations this process confirmed (its command succeeded) and
+	// cancelled (its command failed), since it started. Middleware.Stats
+	// only.
+	ReservationsConfirmed, ReservationsCancelled int64
 }
 
 // Stats counts the Claimer's claims now. It visits every key claimants of
@@ -29,5 +40,23 @@ func (c *Claimer) Stats() Stats {
 	return st
 }
 
-// Stats counts the claims of the middleware now (see Claimer.Stats).
-func (m *Middleware) Stats() Stats { return m.claimer.Stats() }
+// Stats counts the claims of the middleware now (see Claimer.Stats), and
+// its reservations.
+func (m *Middleware) Stats() Stats {
+	st := m.claimer.Stats()
+	st.ReservationsPending = m.resv.pending.Load()
+	st.ReservationsConfirmed = m.resv.confirmed.Load()
+	st.ReservationsCancelled = m.resv.cancelled.Load()
+	return st
+}
+
+// reservationCounts are the counts of a middleware's reservations.
+type reservationCounts struct {
+	pending, confirmed, cancelled atomic.Int64
+}
+
+// settled counts a pending reservation as settled into total.
+func (c *reservationCounts) settled(total *atomic.Int64) {
+	c.pending.Add(-1)
+	total.Add(1)
+}
