@@ -155,7 +155,7 @@ func ExampleRouterMiddleware() {
 	}
 	// Output:
 	// registered ann@example.org
-	// level=INFO msg="command handled" command=middleware_test.RegisterUser command_uuid=cmd-1 correlation_id=signup-42 outcome=ok
-	// level=INFO msg="command halted" command=middleware_test.RegisterUser command_uuid=cmd-2 correlation_id=signup-42 outcome=halted code=already_taken field=email error="already_taken: email: ann@example.org is already registered"
-	// level=INFO msg="command halted" command=middleware_test.RegisterUser command_uuid=cmd-3 correlation_id=signup-42 outcome=halted code=invalid field=email error="invalid: email: email is required"
+	// level=INFO msg="command handled" command=middleware_test.RegisterUser command_id=cmd-1 correlation_id=signup-42 outcome=ok
+	// level=INFO msg="command halted" command=middleware_test.RegisterUser command_id=cmd-2 correlation_id=signup-42 outcome=halted code=already_taken field=email error="already_taken: email: ann@example.org is already registered"
+	// level=INFO msg="command halted" command=middleware_test.RegisterUser command_id=cmd-3 correlation_id=signup-42 outcome=halted code=invalid field=email error="invalid: email: email is required"
 }

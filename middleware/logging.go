@@ -21,7 +21,7 @@ type LoggingConfig struct {
 }
 
 // Logging returns a middleware that logs one record per command when it
-// ends, with the command name ("command"), "command_uuid",
+// ends, with the command name ("command"), "command_id",
 // "correlation_id", "causation_id" (when set), "duration" (from its
 // BeforeDispatch to its after hook) and "outcome": "ok", "halted" or
 // "error", with the rejection's "code" and "field" and the "error" when
@@ -80,7 +80,7 @@ func (l *loggingMiddleware) log(ctx context.Context, p *Pipeline) {
 	attrs := make([]slog.Attr, 0, 9)
 	attrs = append(attrs,
 		slog.String("command", p.CommandName),
-		slog.String("command_uuid", p.CommandUUID),
+		slog.String("command_id", p.CommandUUID),
 		slog.String("correlation_id", p.CorrelationID))
 	if p.CausationID != "" {
 		attrs = append(attrs, slog.String("causation_id", p.CausationID))

@@ -89,19 +89,19 @@ func TestLogging(t *testing.T) {
 		}
 		return out
 	}
-	keys := []string{"level", "msg", "command_uuid", "causation_id", "outcome", "code", "field", "error"}
+	keys := []string{"level", "msg", "command_id", "causation_id", "outcome", "code", "field", "error"}
 	require.Equal(t, map[string]any{
-		"level": "DEBUG", "msg": "command handled", "command_uuid": "cmd-1", "causation_id": "cause-1", "outcome": "ok",
+		"level": "DEBUG", "msg": "command handled", "command_id": "cmd-1", "causation_id": "cause-1", "outcome": "ok",
 	}, pick(recs[0], keys...))
 	require.Equal(t, map[string]any{
-		"level": "DEBUG", "msg": "command halted", "command_uuid": "cmd-2", "outcome": "halted",
+		"level": "DEBUG", "msg": "command halted", "command_id": "cmd-2", "outcome": "halted",
 		"code": "already_taken", "field": "email", "error": "already_taken: email: taken@x.org is already taken",
 	}, pick(recs[1], keys...))
 	require.Equal(t, map[string]any{
-		"level": "ERROR", "msg": "command failed", "command_uuid": "cmd-3", "outcome": "error", "error": "handler failed",
+		"level": "ERROR", "msg": "command failed", "command_id": "cmd-3", "outcome": "error", "error": "handler failed",
 	}, pick(recs[2], keys...))
 	require.Equal(t, map[string]any{
-		"level": "DEBUG", "msg": "command failed", "command_uuid": "cmd-4", "outcome": "error",
+		"level": "DEBUG", "msg": "command failed", "command_id": "cmd-4", "outcome": "error",
 		"code": "invalid", "field": "email", "error": "invalid: email: domain refused",
 	}, pick(recs[3], keys...))
 }

@@ -307,6 +307,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		locks,
 	}...)
 	bcfg.Middleware = append(bcfg.Middleware, cfg.Middleware...)
+	// The Logging middleware above logs every outcome to the node's logger
+	// already (rejections at Debug, failures at Error).
+	bcfg.FailureLog = middleware.FailureLog{Off: true}
 	b, err := bus.New(bcfg)
 	if err != nil {
 		return nil, err
