@@ -97,7 +97,9 @@
 // handlers reply and ack; the transport's Close then ends the
 // subscriptions, sends the acks and naks still buffered and closes the
 // connection. A message a subscription handed over and that nobody acked
-// by then is handed back (nacked): another node gets it at once.
+// by then is handed back (nacked with a delay of 250 ms, so that the
+// closing subscription has left the queue group): another node gets it
+// then, long before AckWait.
 //
 // # Handlers
 //

@@ -36,8 +36,8 @@ type subscriber struct {
 // Subscribe creates topic's consumer unless it exists (ctx bounds that,
 // and RequestTimeout), joins its queue group, and returns its messages
 // until ctx ends or the transport closes. When the subscription ends, a
-// message it handed over and that was not acked or nacked is nacked:
-// delivered again at once, to any node.
+// message it handed over and that was not acked or nacked is handed back:
+// delivered again after handBackDelay, to another node.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
 		return nil, ErrInvalidTopic
@@ -191,7 +191,7 @@ func (sub *subscription) settle(msg *message.Message, nm *nats.Msg) {
 		sub.ack(nm)
 		return
 	case <-msg.Nacked():
-		sub.handBack(nm)
+		sub.nak(nm)
 		return
 	case <-sub.stopped:
 	}
@@ -215,12 +215,31 @@ func (sub *subscription) ack(nm *nats.Msg) {
 	}
 }
 
-// handBack naks nm, if any, so that the server delivers it again at once.
+// nak naks nm, a message its consumer nacked, so that the server delivers
+// it again at once (to this subscription or another).
+func (sub *subscription) nak(nm *nats.Msg) {
+	if err := nm.Nak(); err != nil {
+		sub.logger.Error("Cannot nak a message; the server delivers it again after AckWait", err, msgFields(nm))
+	}
+}
+
+// handBackDelay is how long after a subscription that is ending hands a
+// message back the server delivers it again. A message handed back at once
+// could be delivered again to this very subscription, which is still a
+// member of the consumer's delivery group until its unsubscribe reaches the
+// server; a delivery that arrives after the unsubscribe is dropped by the
+// client unanswered, and the message then waits the whole AckWait. The
+// delay lets the unsubscribe land first, so that another node gets it.
+const handBackDelay = 250 * time.Millisecond
+
+// handBack hands nm, if any, back to the server as the subscription ends:
+// a nak that has the message delivered again after handBackDelay, to
+// another subscription.
 func (sub *subscription) handBack(nm *nats.Msg) {
 	if nm == nil {
 		return
 	}
-	if err := nm.Nak(); err != nil {
+	if err := nm.NakWithDelay(handBackDelay); err != nil {
 		sub.logger.Error("Cannot hand a message back; the server delivers it again after AckWait", err, msgFields(nm))
 	}
 }

@@ -173,7 +173,7 @@ func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
 // the connection. Close the buses that use the transport first: their
 // handlers then finish and their messages are acked, where Close hands a
 // message still unacked back to the server (a nak), which delivers it
-// again at once, to any node. Close is idempotent.
+// again after handBackDelay, to another node. Close is idempotent.
 func (t *Transport) Close() error {
 	t.once.Do(func() {
 		t.mu.Lock()
