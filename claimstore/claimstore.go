@@ -32,8 +32,10 @@ type Reservations interface {
 	// held by another when it has a confirmed reservation of another
 	// owner, or a pending one of another owner younger than maxLag (in
 	// doubt: see the package documentation). A reservation of owner itself
-	// (a redelivered command) is rewritten as pending and reported
-	// reserved.
+	// (a redelivered command) is kept as it is, confirmed or pending, its
+	// age restarted, and reported reserved with held set to it (held.Owner
+	// is owner): the caller must not cancel it, since the owner's earlier
+	// run may have written the value.
 	Reserve(ctx context.Context, key lockstore.Key, owner string, maxLag time.Duration) (held Reservation, reserved bool, err error)
 	// Confirm marks owner's reservation of key confirmed, and restarts its
 	// age. It returns an error matching ErrNotReserved when key is not

@@ -64,7 +64,14 @@ func (m *Memory) Reserve(ctx context.Context, key lockstore.Key, owner string, m
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if r := m.reservations[key]; r != nil && r.owner != owner && (r.confirmed || now.Sub(r.at) < maxLag) {
+	r := m.reservations[key]
+	switch {
+	case r != nil && r.owner == owner:
+		// The owner's own earlier reservation: kept, confirmed or not, its
+		// age restarted.
+		r.at = now
+		return Reservation{Key: key, Owner: owner, Confirmed: r.confirmed}, true, nil
+	case r != nil && (r.confirmed || now.Sub(r.at) < maxLag):
 		return r.reservation(key, now), false, nil
 	}
 	m.reservations[key] = &memReservation{owner: owner, at: now}

@@ -294,7 +294,18 @@ func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline) {
 		close(r.stop)
 		<-r.exited
 	}
-	if o, ok := m.outcome(ctx, p, r); ok {
+	lost := false
+	select {
+	case <-r.lock.Lost():
+		lost = true
+	default:
+	}
+	if o, ok := m.outcome(ctx, p, r); ok && lost {
+		// Another run may hold the key now, and store its own answer: this
+		// one must not replace it.
+		m.logger.LogAttrs(ctx, slog.LevelError, "idempotency outcome not stored: the key's lock was lost while the command ran",
+			slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()))
+	} else if ok {
 		if err := m.store.SaveOutcome(ctx, r.key, o, m.retention); err != nil {
 			m.logger.LogAttrs(ctx, slog.LevelError, "idempotency outcome not stored: a repeat will run again",
 				slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))

@@ -39,13 +39,16 @@ type held struct {
 	// m and owner (the command's id) serve the reservations; tracer is
 	// told about the command's steps, nil when none is set; endHold ends
 	// the step of holding the claims (observe.StepClaimHold).
-	m        *Middleware
-	owner    string
-	tracer   observe.Tracer
-	endHold  observe.EndFunc
-	claimBuf [2]*Claim
-	targets  [4]target
-	groupBuf [2]group
+	m     *Middleware
+	owner string
+	// committed is set by Committed: the handler's write committed, so its
+	// reservations are kept whatever the handler returns.
+	committed bool
+	tracer    observe.Tracer
+	endHold   observe.EndFunc
+	claimBuf  [2]*Claim
+	targets   [4]target
+	groupBuf  [2]group
 }
 
 // group is the targets of one command that the store maps to one lock; it
@@ -69,7 +72,7 @@ type group struct {
 func (g *group) taken(ctx context.Context) (bool, error) {
 	for i := range g.targets {
 		t := &g.targets[i]
-		if t.confirmed || (g.phase == succeeded && t.reserved) {
+		if t.confirmed || (g.phase != claiming && t.inherited) || (g.phase == succeeded && t.reserved) {
 			g.hit = t.rule
 			return true, nil
 		}
@@ -78,7 +81,9 @@ func (g *group) taken(ctx context.Context) (bool, error) {
 		end(err)
 		if err != nil {
 			g.hit = t.rule
-			g.cancelReserved(ctx)
+			if g.phase == claiming {
+				g.cancelReserved(ctx)
+			}
 			return false, fmt.Errorf("field %s: %w", t.rule.field, err)
 		}
 		if taken {
@@ -234,8 +239,11 @@ func ClaimsOf(p *middleware.Pipeline) []*Claim {
 type target struct {
 	key  lockstore.Key
 	rule *Rule
-	// reserved and confirmed follow the command's reservation of the value.
-	reserved, confirmed bool
+	// reserved and confirmed follow the command's reservation of the value;
+	// inherited is set when the reservation was the command's own already
+	// (a redelivery), which is never cancelled: the earlier run may have
+	// written the value.
+	reserved, confirmed, inherited bool
 }
 
 // BeforeDispatch claims every unique field of the command, all or nothing,

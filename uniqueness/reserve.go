@@ -67,13 +67,17 @@ const (
 // owner, and reports whether another holds the value.
 func (g *group) reserve(ctx context.Context, t *target) (heldByOther bool, err error) {
 	rctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepReservationWrite, t.rule.field)
-	_, ok, err := t.rule.reserve.Reserve(rctx, t.key, g.h.owner, t.rule.maxLag)
+	held, ok, err := t.rule.reserve.Reserve(rctx, t.key, g.h.owner, t.rule.maxLag)
 	end(err)
 	if err != nil {
 		return false, fmt.Errorf("field %s: reservation: %w", t.rule.field, err)
 	}
 	t.reserved = ok
-	if ok {
+	if ok && held.Owner == g.h.owner {
+		// This command's own earlier reservation (a redelivery): kept.
+		t.inherited, t.confirmed = true, held.Confirmed
+	}
+	if ok && !t.confirmed {
 		g.h.m.resv.pending.Add(1)
 	}
 	return !ok, nil
@@ -95,6 +99,12 @@ func (g *group) cancelReserved(ctx context.Context) {
 	for i := range g.targets {
 		t := &g.targets[i]
 		if !t.reserved || t.confirmed {
+			continue
+		}
+		if t.inherited {
+			// Never cancelled: the earlier run may have written the value.
+			// It stays pending, in doubt for maxLag.
+			g.h.m.resv.pending.Add(-1)
 			continue
 		}
 		t.reserved = false
@@ -147,6 +157,9 @@ func (m *Middleware) settle(ctx context.Context, p *middleware.Pipeline, h *held
 	if !h.reserves {
 		return
 	}
+	// A handler that called Committed wrote its values: they stay reserved
+	// whatever it returned.
+	ok = ok || h.committed
 	ph := failed
 	if ok {
 		ph = succeeded
@@ -291,6 +304,7 @@ func Committed(ctx context.Context) error {
 	if h == nil {
 		return nil
 	}
+	h.committed = true
 	return h.confirm(ctx)
 }
 

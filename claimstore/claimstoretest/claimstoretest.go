@@ -154,11 +154,27 @@ func testReserveOwnAgain(t *testing.T, ctx context.Context, s claimstore.Store, 
 	_, ok := reserve(t, ctx, s, k, "cmd", time.Hour)
 	require.True(t, ok)
 	require.NoError(t, s.Confirm(ctx, k, "cmd"))
-	_, ok = reserve(t, ctx, s, k, "cmd", time.Hour)
+	held, ok := reserve(t, ctx, s, k, "cmd", time.Hour)
 	require.True(t, ok, "a redelivered command reserves its own value again")
+	require.Equal(t, "cmd", held.Owner, "reported as its own earlier reservation")
+	require.True(t, held.Confirmed)
 	rs := list(t, ctx, s, ns)
 	require.Len(t, rs, 1)
-	require.False(t, rs[0].Confirmed, "rewritten as pending")
+	require.True(t, rs[0].Confirmed, "kept confirmed: the earlier run wrote the value")
+	require.NoError(t, s.Cancel(ctx, k, "cmd"))
+	require.Len(t, list(t, ctx, s, ns), 1, "and a cancel leaves a confirmed reservation")
+
+	// A pending one of its own is kept pending, and reported so.
+	p := key(ns, "pending")
+	_, ok = reserve(t, ctx, s, p, "cmd", time.Hour)
+	require.True(t, ok)
+	held, ok = reserve(t, ctx, s, p, "cmd", time.Hour)
+	require.True(t, ok)
+	require.Equal(t, claimstore.Reservation{Key: p, Owner: "cmd"}, held)
+	// A fresh reservation reports no earlier one.
+	held, ok = reserve(t, ctx, s, key(ns, "fresh"), "cmd", time.Hour)
+	require.True(t, ok)
+	require.Zero(t, held)
 }
 
 func testConfirm(t *testing.T, ctx context.Context, s claimstore.Store, ns string) {

@@ -58,7 +58,10 @@ func (s *Store) Reserve(ctx context.Context, key lockstore.Key, owner string, ma
 // reserveSQL writes the pending reservations of a batch of requests (whose
 // keys are distinct) where they may: the row is free, or the requester's,
 // or pending and at least lag old. The conflict clause sees, and locks, the
-// newest version of a row. It returns the keys it wrote.
+// newest version of a row. It returns the keys it wrote, each with its
+// confirmed flag and whether it was the requester's own row before (read
+// from the statement's snapshot, before the write): the requester's own
+// row keeps its confirmed flag.
 //
 // It reads no table but through the conflict clause's unique index, so
 // every plan of it is good whatever the table's size, and it is prepared
@@ -70,10 +73,12 @@ func (s *Store) reserveSQL() string {
 	)
 	INSERT INTO ` + s.reservations + ` AS t (namespace, id, owner, confirmed, at)
 	SELECT namespace, id, owner, false, now() FROM req ORDER BY namespace, id
-	ON CONFLICT (namespace, id) DO UPDATE SET owner = excluded.owner, confirmed = false, at = now()
+	ON CONFLICT (namespace, id) DO UPDATE SET owner = excluded.owner,
+		confirmed = t.owner = excluded.owner AND t.confirmed, at = now()
 	WHERE t.owner = excluded.owner OR (NOT t.confirmed AND t.at <= now() - interval '1 microsecond' *
 		(SELECT req.lag FROM req WHERE req.namespace = excluded.namespace AND req.id = excluded.id))
-	RETURNING t.namespace, t.id`
+	RETURNING t.namespace, t.id, t.confirmed,
+		coalesce((SELECT o.owner = t.owner FROM ` + s.reservations + ` o WHERE o.namespace = t.namespace AND o.id = t.id), false)`
 }
 
 // holdersSQL reads the holders of the rows a reserveSQL did not write, in
@@ -108,8 +113,11 @@ func (s *Store) reserveBatch(ctx context.Context, reqs []reserveReq) ([]reserveR
 		}
 		var left []int // indexes into reqs not written
 		for _, i := range todo {
-			if _, ok := written[reqs[i].key]; ok {
+			if w, ok := written[reqs[i].key]; ok {
 				out[i] = reserveRes{reserved: true}
+				if w.own {
+					out[i].held = claimstore.Reservation{Key: reqs[i].key, Owner: reqs[i].owner, Confirmed: w.confirmed}
+				}
 			} else {
 				left = append(left, i)
 			}
@@ -122,22 +130,26 @@ func (s *Store) reserveBatch(ctx context.Context, reqs []reserveReq) ([]reserveR
 }
 
 // reserveWrite runs reserveSQL and returns the keys it wrote.
-func (s *Store) reserveWrite(ctx context.Context, ns, ids, owners []string, lags []int64) (map[lockstore.Key]struct{}, error) {
+func (s *Store) reserveWrite(ctx context.Context, ns, ids, owners []string, lags []int64) (map[lockstore.Key]writtenRow, error) {
 	rows, err := s.pool.Query(ctx, s.reserveQ, ns, ids, owners, lags)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	written := make(map[lockstore.Key]struct{}, len(ns))
+	written := make(map[lockstore.Key]writtenRow, len(ns))
 	for rows.Next() {
 		var k lockstore.Key
-		if err := rows.Scan(&k.Namespace, &k.ID); err != nil {
+		var w writtenRow
+		if err := rows.Scan(&k.Namespace, &k.ID, &w.confirmed, &w.own); err != nil {
 			return nil, err
 		}
-		written[k] = struct{}{}
+		written[k] = w
 	}
 	return written, rows.Err()
 }
+
+// writtenRow is what reserveSQL reports of a row it wrote.
+type writtenRow struct{ confirmed, own bool }
 
 // readHolders sets out[i], for each i of left, to the holder of reqs[i]'s
 // row, and returns the indexes whose row shows no holder that holds: they

@@ -1,6 +1,8 @@
 package sqlite
 
 import (
+	"errors"
+	"database/sql"
 	"context"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 const reserveSQL = `INSERT INTO claimbus_reservation (namespace, id, owner, confirmed, at) VALUES (?1, ?2, ?3, 0, ?4)
 	ON CONFLICT (namespace, id) DO UPDATE SET
 		owner = CASE WHEN owner = excluded.owner OR (NOT confirmed AND excluded.at - at >= ?5) THEN excluded.owner ELSE owner END,
-		confirmed = CASE WHEN owner = excluded.owner OR (NOT confirmed AND excluded.at - at >= ?5) THEN 0 ELSE confirmed END,
+		confirmed = CASE WHEN owner = excluded.owner THEN confirmed WHEN NOT confirmed AND excluded.at - at >= ?5 THEN 0 ELSE confirmed END,
 		at = CASE WHEN owner = excluded.owner OR (NOT confirmed AND excluded.at - at >= ?5) THEN excluded.at ELSE at END
 	RETURNING owner, confirmed, at`
 
@@ -29,8 +31,14 @@ func (s *Store) Reserve(ctx context.Context, key lockstore.Key, owner string, ma
 	}
 	held := claimstore.Reservation{Key: key}
 	var at, now int64
+	var before sql.NullString // the owner of the row before, if any
 	err := s.write(ctx, func() error {
 		now = s.nowNanos()
+		err := s.db.QueryRowContext(ctx, `SELECT owner FROM claimbus_reservation WHERE namespace = ? AND id = ?`,
+			key.Namespace, key.ID).Scan(&before)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		return s.db.QueryRowContext(ctx, reserveSQL, key.Namespace, key.ID, owner, now, int64(maxLag)).
 			Scan(&held.Owner, &held.Confirmed, &at)
 	})
@@ -38,6 +46,9 @@ func (s *Store) Reserve(ctx context.Context, key lockstore.Key, owner string, ma
 		return claimstore.Reservation{}, false, fail("Reserve", err)
 	}
 	if held.Owner == owner {
+		if before.Valid && before.String == owner {
+			return claimstore.Reservation{Key: key, Owner: owner, Confirmed: held.Confirmed}, true, nil
+		}
 		return claimstore.Reservation{}, true, nil
 	}
 	held.Age = max(time.Duration(now-at), 0)
