@@ -96,3 +96,51 @@ func TestFailedRedeliveryKeepsTheConfirmedReservation(t *testing.T) {
 	err := run("cmd-2", "b", false)
 	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
 }
+
+// The sweeper lists a pending reservation past maxLag, then a redelivery
+// of its command runs, writes, and fails to confirm (the reservation is
+// pending again, its age restarted) before the sweeper claims the value:
+// the sweeper keeps it, and another command is still refused.
+func TestSweepKeepsAReservationRestartedSinceItsList(t *testing.T) {
+	t.Parallel()
+	const maxLag = time.Minute
+	clock := newFakeClock()
+	table := newEventTable()
+	mem := claimstore.NewMemory(claimstore.MemoryConfig{Now: clock.Now})
+	store := &flakyConfirm{Reservations: mem}
+	locks := newMemory(t)
+	ctx := context.Background()
+	// node 2: a normal node.
+	mw2 := newUniqueness(t, uniqueness.Config{Locker: locks, Rules: []uniqueness.Rule{eventRule(table, store, maxLag)}})
+	b2 := startBus(t, mw2, handler(eventHandler(table)))
+	// node 1: the sweeper, whose lookup lets the redelivery run in the window.
+	var fired atomic.Bool
+	hooked := uniqueness.Field("email", "staff.email",
+		func(c *commands.CreateStaff) string { return c.Email },
+		func(ctx context.Context, email string) (bool, error) {
+			shown, err := table.taken(ctx, email)
+			if email == "dead@x.org" && fired.CompareAndSwap(false, true) {
+				store.fails.Store(1) // the redelivery's confirmation fails (logged), stays pending
+				p := middleware.NewPipeline(ctx, &commands.CreateStaff{StaffID: "dead", Email: "dead@x.org", Name: "N"})
+				p.CommandUUID = "cmd-dead"
+				r, _ := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw2}})
+				_, rerr := r.Run(ctx, p, func(ctx context.Context, p *middleware.Pipeline) (any, error) {
+					table.appendEvent("dead", "dead@x.org")
+					return "dead", nil
+				})
+				require.NoError(t, rerr)
+				require.NoError(t, mw2.Flush(ctx))
+			}
+			return shown, err
+		}, uniqueness.Normalize(uniqueness.NormalizeEmail), uniqueness.Reserve(store, maxLag))
+	mw1 := newUniqueness(t, uniqueness.Config{Locker: locks, Rules: []uniqueness.Rule{hooked}})
+	crashAfterClaim(t, mw2, &commands.CreateStaff{StaffID: "dead", Email: "dead@x.org", Name: "N"}, "cmd-dead")
+	clock.advance(maxLag)
+	res, err := mw1.Sweep(ctx)
+	require.NoError(t, err)
+	require.True(t, fired.Load(), "the redelivery ran between the list and the claim")
+	require.Zero(t, res.Expired, "%+v", res)
+	require.Len(t, reservationsIn(t, mem), 1)
+	_, err = bus.Dispatch[string](ctx, b2, &commands.CreateStaff{StaffID: "other", Email: "dead@x.org", Name: "N"})
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
+}

@@ -122,17 +122,35 @@ func (m *Middleware) sweepOne(ctx context.Context, r *Rule, rv claimstore.Reserv
 	// In doubt past maxLag and not shown: free, once no claimant holds it.
 	cl, err := m.claimer.claim(ctx, rv.Key, lookupFunc(neverTaken), sweepClaimWait, nil)
 	if err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, lockstore.ErrTimeout) && ctx.Err() == nil {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "reservation sweep cannot claim a value to expire it",
+				slog.String("key", rv.Key.String()), slog.Any("error", err))
+		}
 		res.Kept++
 		return nil //nolint:nilerr // a value claimed now is its claimant's to settle
 	}
-	err = r.reserve.Cancel(ctx, rv.Key, rv.Owner)
+	// The age listed may be stale (a redelivery of the owner restarted it
+	// since): under the claim, the store decides again, by its clock, with
+	// the same rule as a claimant's Reserve. Handed over to the sweeper, the
+	// reservation is deleted; held, it is kept.
+	_, expired, err := r.reserve.Reserve(ctx, rv.Key, sweeperOwner, r.maxLag)
+	if err == nil && expired {
+		err = r.reserve.Cancel(ctx, rv.Key, sweeperOwner)
+	}
 	err = errors.Join(err, cl.Release(context.WithoutCancel(ctx)))
 	if err != nil {
 		return err
 	}
-	res.Expired++
+	if expired {
+		res.Expired++
+	} else {
+		res.Kept++
+	}
 	return nil
 }
+
+// sweeperOwner owns, for a moment, the reservations the sweeper expires.
+const sweeperOwner = "uniqueness.sweeper"
 
 // sweepers returns the first reserving rule of each scope.
 func (m *Middleware) sweepers() []*Rule {

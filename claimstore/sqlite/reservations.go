@@ -1,9 +1,9 @@
 package sqlite
 
 import (
-	"errors"
-	"database/sql"
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/claimbus/claimbus/claimstore"
