@@ -60,6 +60,12 @@
 // reservation write before the handler and a confirmation after it, which
 // the answer does not wait for.
 //
+// A redelivered command (the same command id) finds its own earlier
+// reservation and runs again on it, whether the first run confirmed it or
+// not; a failure of the redelivery never cancels that reservation, since
+// the first run may have written the value: a pending one stays in doubt
+// for maxLag, a confirmed one stays until the lookup shows the value.
+//
 // Keep a unique index on the column of the read model all the same, as the
 // last line of defence: the claims make it never fire, and it catches
 // whatever bypasses them (a migration, a script, a bug).
