@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/internal/pgerr"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -31,4 +35,16 @@ func unavailable(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("sqltransport: %w: %w", errUnavailable, err)
+}
+
+// insertUnavailable is unavailable for the insert of a Publish: when the
+// connection broke after the insert was sent (pgconn.SafeToRetry is
+// false), the row may have committed and the command may run, so the
+// error also matches bus.ErrOutcomeUnknown.
+func insertUnavailable(ctx context.Context, err error) error {
+	uerr := unavailable(ctx, err)
+	if uerr == err || pgconn.SafeToRetry(err) {
+		return uerr
+	}
+	return fmt.Errorf("%w: %w", bus.ErrOutcomeUnknown, uerr)
 }

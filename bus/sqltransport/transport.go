@@ -202,7 +202,7 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		err = p.inner.Publish(topic, msgs...)
 	}
-	return unavailable(ctx, err)
+	return insertUnavailable(ctx, err)
 }
 
 // isUndefinedTable reports whether err is PostgreSQL's undefined_table.
