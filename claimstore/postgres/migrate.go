@@ -20,7 +20,7 @@ var migrationFiles embed.FS
 // search_path set to Config.Schema (created beforehand), and record them in
 // the version table VersionTable, as New and Migrate do. See
 // docs/postgres-production.md, "Migrations".
-var Migrations = migrate.Sub(migrationFiles, "migrations")
+var Migrations = migrations.FS
 
 // VersionTable is the goose version table, in Config.Schema, that records
 // which of Migrations are applied.
@@ -28,11 +28,9 @@ const VersionTable = "claimbus_claimstore_version"
 
 // SchemaVersion is the migration version this release needs: the highest
 // in Migrations.
-var SchemaVersion = migrate.MustLatest(Migrations)
+var SchemaVersion = migrations.Latest
 
-var migrations = migrate.Component{
-	Package: "claimstore/postgres", FS: Migrations, Table: VersionTable, Latest: SchemaVersion, Outdated: ErrSchemaOutdated,
-}
+var migrations = migrate.NewComponent("claimstore/postgres", migrationFiles, VersionTable, ErrSchemaOutdated)
 
 // schemaLockKey is the bigint session advisory lock a migration run holds,
 // so that nodes starting at once take turns. It is lockstore/postgres's, so

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
-	"fmt"
 
 	"github.com/claimbus/claimbus/internal/migrate"
 )
@@ -18,7 +16,7 @@ var migrationFiles embed.FS
 // for teams that run migrations with their own tool; record them in the
 // version table VersionTable, as New and Migrate do. See
 // docs/postgres-production.md, "Migrations".
-var Migrations = migrate.Sub(migrationFiles, "migrations")
+var Migrations = migrations.FS
 
 // VersionTable is the goose version table that records which of
 // Migrations are applied.
@@ -26,21 +24,11 @@ const VersionTable = "claimbus_claimstore_version"
 
 // SchemaVersion is the migration version this release needs: the highest
 // in Migrations.
-var SchemaVersion = migrate.MustLatest(Migrations)
+var SchemaVersion = migrations.Latest
 
-var migrations = migrate.Component{
-	Package: "claimstore/sqlite", FS: Migrations, Table: VersionTable, Latest: SchemaVersion, Outdated: ErrSchemaOutdated,
-}
+var migrations = migrate.NewComponent("claimstore/sqlite", migrationFiles, VersionTable, ErrSchemaOutdated)
 
 // Migrate applies the pending Migrations to db's main database. It is what
 // New does unless Config.NoAutoMigrate is set, for a deploy step to run
 // before stores that set it open the database.
-func Migrate(ctx context.Context, db *sql.DB) error {
-	if db == nil {
-		return errors.New("sqlite: Migrate: nil *sql.DB")
-	}
-	if err := migrations.MigrateSQLite(ctx, db); err != nil {
-		return fmt.Errorf("sqlite: %w", err)
-	}
-	return nil
-}
+func Migrate(ctx context.Context, db *sql.DB) error { return migrations.MigrateSQLiteDB(ctx, db) }

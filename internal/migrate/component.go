@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -20,6 +21,29 @@ type Component struct {
 	Latest int64
 	// Outdated is the package's ErrSchemaOutdated.
 	Outdated error
+}
+
+// NewComponent returns the Component of package pkg ("lockstore/sqlite")
+// whose goose files are in the folder "migrations" of files, recorded in
+// table; outdated is the package's ErrSchemaOutdated. Latest is the
+// highest version of the files.
+func NewComponent(pkg string, files fs.FS, table string, outdated error) Component {
+	sub := Sub(files, "migrations")
+	return Component{Package: pkg, FS: sub, Table: table, Latest: MustLatest(sub), Outdated: outdated}
+}
+
+// MigrateSQLiteDB is the Migrate of a SQLite package: it applies the
+// pending migrations to db's main database, its errors prefixed with the
+// package's name.
+func (c Component) MigrateSQLiteDB(ctx context.Context, db *sql.DB) error {
+	name := c.Package[strings.LastIndexByte(c.Package, '/')+1:]
+	if db == nil {
+		return fmt.Errorf("%s: Migrate: nil *sql.DB", name)
+	}
+	if err := c.MigrateSQLite(ctx, db); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 // EnsurePostgres brings schema to c.Latest (Postgres, on a connection
