@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	claimpg "github.com/claimbus/claimbus/claimstore/postgres"
@@ -61,6 +62,9 @@ func BenchmarkPostgres(b *testing.B) {
 			}
 			r, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: mws})
 			require.NoError(b, err)
+			// Keys are per case and per run: the outcome table is shared
+			// by the cases, and by the runs of -count.
+			prefix := c.name + uuid.NewString()
 			run := func(key string) {
 				p := middleware.NewPipeline(ctx, &Pay{Key: key, Amount: 5})
 				p.CommandName = "Pay"
@@ -68,13 +72,13 @@ func BenchmarkPostgres(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			run(c.name + c.keyOf(0)) // the repeat's first run; keys are per case: the outcome table is shared
+			run(prefix + c.keyOf(0)) // the repeat's first run
 			locker.calls.Store(0)
 			l0, s0, _ := outcomes.counts()
 			i := 0
 			for b.Loop() {
 				i++
-				run(c.name + c.keyOf(i))
+				run(prefix + c.keyOf(i))
 			}
 			l1, s1, _ := outcomes.counts()
 			b.ReportMetric(float64(locker.calls.Load())/float64(i), "lock-calls/op")
