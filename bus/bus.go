@@ -37,7 +37,8 @@ type Bus struct {
 	// inflight, so that Close never waits while one is being added.
 	mu       sync.RWMutex
 	state    int
-	handlers map[string]*entry // by command name
+	handlers map[string]*entry    // by command name
+	registry *middleware.Registry // the handlers' command types, by name
 
 	workers  *workers       // HandlerConcurrency goroutines that run handlers
 	inflight sync.WaitGroup // commands handed to workers and not done
@@ -78,6 +79,7 @@ func New(cfg Config) (*Bus, error) {
 		replyTopic: cfg.ReplyTopic(cfg.NodeID),
 		logger:     cfg.Logger.With(watermill.LogFields{"bus_node": cfg.NodeID}),
 		handlers:   make(map[string]*entry),
+		registry:   middleware.NewRegistry(cfg.Marshaler),
 		workers:    newWorkers(cfg.HandlerConcurrency),
 		stopLoops:  make(chan struct{}),
 		closed:     make(chan struct{}),
@@ -175,8 +177,9 @@ func (b *Bus) Start(ctx context.Context) error {
 // handler takes. The caller holds b.mu.
 func (b *Bus) checkCommandTypes() error {
 	types := make([]reflect.Type, 0, len(b.handlers))
-	for _, e := range b.handlers {
-		types = append(types, e.typ)
+	for _, name := range b.registry.Names() {
+		cmd, _ := b.registry.New(name)
+		types = append(types, reflect.TypeOf(cmd))
 	}
 	if err := middleware.CheckCommandTypes(b.cfg.Middleware, types); err != nil {
 		return fmt.Errorf("bus: start: register a handler with Handle before Start for every command type the middleware acts on: %w", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -230,7 +231,7 @@ func (b *Bus) processThen(msg *message.Message, sender context.Context, deliver 
 // runtime.Goexit (t.FailNow in a handler, say): the sender gets an error
 // instead of waiting until its ctx ends.
 func goexitReply(msg *message.Message) reply {
-	return reply{errb: middleware.MarshalError(fmt.Errorf("bus: command %s (id %s) ended its goroutine with runtime.Goexit",
+	return reply{errb: wire.MarshalError(fmt.Errorf("bus: command %s (id %s) ended its goroutine with runtime.Goexit",
 		msg.Metadata.Get(middleware.MetadataCommandName), msg.UUID))}
 }
 

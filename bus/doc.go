@@ -15,7 +15,7 @@
 // middleware, so hooks take claims and locks before the handler and
 // release them after it. Dispatch gets back the handler's result (as
 // JSON), its error, or the rejection of a halted command, with a zero
-// result. Errors cross the wire as data (middleware.MarshalError): a
+// result. Errors cross the wire as data (metadata MetadataError): a
 // rejection stays a *middleware.Rejection, so
 // errors.Is(err, middleware.ErrAlreadyTaken) holds on the sender's side
 // whichever node handled the command; any other handler error arrives as a

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -68,7 +69,7 @@ func FuzzProcess(f *testing.F) {
 // panic, and an encoded error is always an error.
 func FuzzDecodeReply(f *testing.F) {
 	f.Add([]byte(`{"N":1}`), []byte(nil))
-	f.Add([]byte(nil), middleware.MarshalError(middleware.ErrAlreadyTaken))
+	f.Add([]byte(nil), wire.MarshalError(middleware.ErrAlreadyTaken))
 	f.Add([]byte(`[`), []byte(`{"message":"x"}`))
 	f.Add([]byte(`null`), []byte(`{`))
 	f.Fuzz(func(t *testing.T, result, errb []byte) {

@@ -4,20 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// entry is the handler of one command name.
+// entry is the handler of one command name; the command's type is in the
+// bus's Registry, which decodes it.
 type entry struct {
-	name   string
-	topic  string
-	newCmd func() any
-	typ    reflect.Type // of the commands newCmd returns: *C
-	call   middleware.HandlerFunc
+	name  string
+	topic string
+	call  middleware.HandlerFunc
 }
 
 // Handle registers h as the handler of commands of type C, under the name
@@ -35,7 +34,7 @@ type entry struct {
 // Close gives up waiting (Config.CloseTimeout).
 //
 // h's result travels to the sender as JSON, and its error as
-// middleware.MarshalError encodes it: a *middleware.Rejection stays one,
+// the wire encoding of errors gives it: a *middleware.Rejection stays one,
 // any other error arrives as a *middleware.RemoteError with its message.
 // Either way the command is acked: an error is an answer, not a
 // redelivery.
@@ -48,10 +47,8 @@ func Handle[C, R any](b *Bus, h func(ctx context.Context, cmd *C) (R, error)) er
 		return fmt.Errorf("bus: Handle: the marshaler gives %T an empty name", new(C))
 	}
 	e := &entry{
-		name:   name,
-		topic:  b.cfg.CommandTopic(name),
-		newCmd: func() any { return new(C) },
-		typ:    reflect.TypeFor[*C](),
+		name:  name,
+		topic: b.cfg.CommandTopic(name),
 		call: func(ctx context.Context, p *middleware.Pipeline) (any, error) {
 			cmd, ok := p.Command.(*C)
 			if !ok {
@@ -71,42 +68,27 @@ func Handle[C, R any](b *Bus, h func(ctx context.Context, cmd *C) (R, error)) er
 	if _, dup := b.handlers[name]; dup {
 		return fmt.Errorf("%w: %s", ErrDuplicateHandler, name)
 	}
+	if err := b.registry.AddName(name, new(C)); err != nil {
+		return fmt.Errorf("bus: Handle: %w", err)
+	}
 	b.handlers[name] = e
 	return nil
 }
 
-// process decodes msg, runs it through the middleware and its handler, and
-// returns its reply. An unknown name or an undecodable payload is an
-// invalid rejection, with poison set to the reason. sender, when not nil,
-// is the context of the Dispatch in this process that waits for the
-// outcome (see hookContext).
+// process decodes msg with the bus's Registry, runs it through the
+// middleware and its handler, and returns its reply. An unknown name or an
+// undecodable payload is the Registry's invalid rejection, with poison set
+// to its message. sender, when not nil, is the context of the Dispatch in
+// this process that waits for the outcome (see hookContext).
 func (b *Bus) process(msg *message.Message, sender context.Context) (r reply, poison string) {
-	name := b.cfg.Marshaler.NameFromMessage(msg)
-	e := b.handlers[name]
-	if e == nil {
-		rej := middleware.Reject(middleware.CodeInvalid, "", "bus: unknown command %q (message %s)", name, msg.UUID)
-		return reply{errb: middleware.MarshalError(rej)}, rej.Message
+	p, err := b.registry.Pipeline(msg)
+	if err != nil {
+		return reply{errb: wire.MarshalError(err)}, err.Error()
 	}
-	cmd := e.newCmd()
-	if err := b.decode(msg, cmd); err != nil {
-		rej := middleware.Reject(middleware.CodeInvalid, "", "bus: undecodable command %s (message %s): %v", name, msg.UUID, err)
-		return reply{errb: middleware.MarshalError(rej)}, rej.Message
-	}
-
-	p := middleware.NewMessagePipeline(msg, cmd, name)
+	e := b.handlers[p.CommandName]
 	p.SetContext(b.runCtx) // the run's, not the message's
 	ctx, stop := b.hookContext(msg, sender)
 	defer stop()
 	res, err := b.runner.Run(ctx, p, e.call)
-	return encodeReply(name, res, err), ""
-}
-
-// decode unmarshals msg into cmd. A command's decoder is user code, as a
-// handler is: its panic is an error, not the end of the process.
-func (b *Bus) decode(msg *message.Message, cmd any) error {
-	var err error
-	if perr := middleware.Recover("command decoder", func() { err = b.cfg.Marshaler.Unmarshal(msg, cmd) }); perr != nil {
-		return perr
-	}
-	return err
+	return encodeReply(p.CommandName, res, err), ""
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
+	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -22,9 +23,11 @@ const (
 	// MetadataCommandID, on a reply message, is the UUID of the command it
 	// answers: the operation id its waiter is found by.
 	MetadataCommandID = "claimbus_command_id"
-	// MetadataError, on a reply message, is the command's error as
-	// middleware.MarshalError encodes it; absent on success.
-	MetadataError = "claimbus_error"
+	// MetadataError, on a reply message, is the command's error in its
+	// wire form (a rejection as data, any other error as its message);
+	// absent on success. middleware.MetadataError is the same key, which
+	// its requestreply replies carry.
+	MetadataError = middleware.MetadataError
 	// MetadataDeadline, on a command message from Dispatch whose ctx has a
 	// deadline, is that deadline (RFC 3339 with nanoseconds, UTC): the
 	// bus that handles the command does not start its handler after it
@@ -36,7 +39,7 @@ const (
 )
 
 // reply is the outcome of one command: its result as JSON, or its error as
-// middleware.MarshalError encoded it, or a local error (ErrClosed).
+// wire.MarshalError encoded it, or a local error (ErrClosed).
 type reply struct {
 	result []byte
 	errb   []byte
@@ -46,11 +49,11 @@ type reply struct {
 // encodeReply returns the reply of a command whose run returned res, err.
 func encodeReply(name string, res any, err error) reply {
 	if err != nil {
-		return reply{errb: middleware.MarshalError(err)}
+		return reply{errb: wire.MarshalError(err)}
 	}
 	b, mErr := marshalResult(res)
 	if mErr != nil {
-		return reply{errb: middleware.MarshalError(fmt.Errorf("bus: cannot encode the result of %s: %w", name, mErr))}
+		return reply{errb: wire.MarshalError(fmt.Errorf("bus: cannot encode the result of %s: %w", name, mErr))}
 	}
 	return reply{result: b}
 }
@@ -72,7 +75,7 @@ func decodeReply[R any](r reply, id, name string) (R, error) {
 		return res, fmt.Errorf("bus: command %s (id %s): %w", name, id, r.err)
 	}
 	if len(r.errb) > 0 {
-		return res, middleware.UnmarshalError(r.errb)
+		return res, wire.UnmarshalError(r.errb)
 	}
 	if len(r.result) > 0 {
 		if err := json.Unmarshal(r.result, &res); err != nil {
@@ -199,10 +202,7 @@ func (b *Bus) receiveReplies(ctx context.Context, ch <-chan *message.Message) {
 				return
 			}
 			id := msg.Metadata.Get(MetadataCommandID)
-			r := reply{result: msg.Payload}
-			if e := msg.Metadata.Get(MetadataError); e != "" {
-				r.errb = []byte(e)
-			}
+			r := reply{result: msg.Payload, errb: wire.ReplyError(msg)}
 			if !b.waiters.deliver(id, r) {
 				b.logger.Debug("Dropping a reply nobody waits for", watermill.LogFields{"command_id": id})
 			}
@@ -224,9 +224,7 @@ func (b *Bus) sendReply(cmd *message.Message, replyTo string, r reply) {
 	}
 	msg := message.NewMessage(uuid.NewString(), r.result)
 	msg.Metadata.Set(MetadataCommandID, cmd.UUID)
-	if len(r.errb) > 0 {
-		msg.Metadata.Set(MetadataError, string(r.errb))
-	}
+	wire.SetReplyError(msg, r.errb)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
 	defer cancel()
 	msg.SetContext(ctx)

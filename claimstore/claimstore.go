@@ -62,8 +62,9 @@ type Outcome struct {
 	Fingerprint []byte
 	// Result is the command's result as JSON, when it succeeded.
 	Result []byte
-	// Err is the command's rejection as middleware.MarshalError encodes
-	// it, when it was rejected; nil when it succeeded.
+	// Err is the command's rejection in the wire form of bus replies
+	// (JSON {"rejection":{"code":...},"message":...}, see bus.MetadataError),
+	// when it was rejected; nil when it succeeded.
 	Err []byte
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/claimbus/claimbus/claimstore"
+	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -240,7 +241,7 @@ func answer(p *middleware.Pipeline, o claimstore.Outcome, fp []byte) {
 		return
 	}
 	if len(o.Err) > 0 {
-		err := middleware.UnmarshalError(o.Err)
+		err := wire.UnmarshalError(o.Err)
 		var rej *middleware.Rejection
 		if errors.As(err, &rej) {
 			p.Halt(rej)
@@ -333,7 +334,7 @@ func (m *Middleware) outcome(ctx context.Context, p *middleware.Pipeline, r *run
 	if !ok {
 		return claimstore.Outcome{}, false
 	}
-	return claimstore.Outcome{Fingerprint: r.fp, Err: middleware.MarshalError(rej)}, true
+	return claimstore.Outcome{Fingerprint: r.fp, Err: wire.MarshalError(rej)}, true
 }
 
 // finalRejection returns the rejection in err's chain when it is a final

@@ -20,12 +20,9 @@ import (
 // message so that it comes again (and the answer is sent again).
 type ResultFunc func(ctx context.Context, msg *message.Message, result any, err error) error
 
-// NewMessagePipeline returns a pipeline for cmd, named name, decoded from
-// msg: its command UUID is the message UUID, its correlation and causation
-// ids come from the metadata (the correlation id is the message UUID when
-// the metadata has none), its metadata is the message's, and its handler
-// context starts as msg.Context().
-func NewMessagePipeline(msg *message.Message, cmd any, name string) *Pipeline {
+// newMessagePipeline returns a pipeline for cmd, named name, decoded from
+// msg (see Registry.Pipeline).
+func newMessagePipeline(msg *message.Message, cmd any, name string) *Pipeline {
 	return &Pipeline{
 		Command:       cmd,
 		CommandName:   name,

@@ -58,7 +58,7 @@ func OnHandle(cfg HandlerConfig) (cqrs.CommandProcessorOnHandleFn, error) {
 	out := cfg.outcome()
 	return func(params cqrs.CommandProcessorOnHandleParams) error {
 		msg := params.Message
-		p := NewMessagePipeline(msg, params.Command, params.CommandName)
+		p := newMessagePipeline(msg, params.Command, params.CommandName)
 		return out.run(msg.Context(), cfg.Runner, msg, p, func(ctx context.Context, p *Pipeline) (any, error) {
 			if cqrs.OriginalMessageFromCtx(ctx) == nil {
 				// A hook replaced the context with one not derived from
@@ -118,7 +118,7 @@ func (w *wrappedHandler) Handle(ctx context.Context, cmd any) error {
 		if name == "" {
 			name = w.marshaler.Name(cmd)
 		}
-		p = NewMessagePipeline(msg, cmd, name)
+		p = newMessagePipeline(msg, cmd, name)
 	} else {
 		p = &Pipeline{Command: cmd, CommandName: w.marshaler.Name(cmd)}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -52,9 +53,9 @@ func TestLockRejectionKeepsStoreErrorsOut(t *testing.T) {
 			var rej *middleware.Rejection
 			require.ErrorAs(t, err, &rej)
 			require.Equal(t, tt.msg, rej.Message)
-			wire := middleware.UnmarshalError(middleware.MarshalError(err))
-			require.Equal(t, rej, wire, "only the rejection crosses the wire")
-			require.NotContains(t, fmt.Sprint(wire), "10.1.2.3")
+			back := wire.UnmarshalError(wire.MarshalError(err))
+			require.Equal(t, rej, back, "only the rejection crosses the wire")
+			require.NotContains(t, fmt.Sprint(back), "10.1.2.3")
 		})
 	}
 }

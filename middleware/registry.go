@@ -124,17 +124,37 @@ func (r *Registry) New(name string) (any, bool) {
 // Decode returns the name of the command msg carries and the command,
 // decoded into a fresh pointer of its registered type. It fails with
 // ErrUnknownCommand when the name is missing or not registered, and with
-// ErrUndecodable when the payload does not decode (or its decoder panics).
+// ErrUndecodable when the payload does not decode (or its decoder panics);
+// either error is also an invalid rejection (matching ErrInvalid), whose
+// message names the command and the message, ready to be the answer of a
+// sender that waits. The rejection crosses the wire; ErrUnknownCommand,
+// ErrUndecodable and the decoder's error stay on this node.
 func (r *Registry) Decode(msg *message.Message) (string, any, error) {
 	name := r.marshaler.NameFromMessage(msg)
 	cmd, ok := r.New(name)
 	if !ok {
-		return name, nil, fmt.Errorf("%w: %q (message %s)", ErrUnknownCommand, name, msg.UUID)
+		return name, nil, invalidMessage(fmt.Errorf("%w %q (message %s)", ErrUnknownCommand, name, msg.UUID))
 	}
 	if err := r.unmarshal(msg, cmd); err != nil {
-		return name, nil, fmt.Errorf("%w: %s (message %s): %w", ErrUndecodable, name, msg.UUID, err)
+		return name, nil, invalidMessage(fmt.Errorf("%w %s (message %s): %w", ErrUndecodable, name, msg.UUID, err))
 	}
 	return name, cmd, nil
+}
+
+// Pipeline decodes msg (see Decode, whose errors it returns) and returns
+// the pipeline that carries its command through a Runner (Runner.Run): its
+// command UUID is the message UUID, its correlation and causation ids come
+// from the metadata (the correlation id is the message UUID when the
+// metadata has none), its metadata is the message's, and its handler
+// context starts as msg.Context(). It is what RouterMiddleware and the bus
+// run for each message; an adapter of one's own, for a message loop that
+// is no Watermill router, calls it too.
+func (r *Registry) Pipeline(msg *message.Message) (*Pipeline, error) {
+	name, cmd, err := r.Decode(msg)
+	if err != nil {
+		return nil, err
+	}
+	return newMessagePipeline(msg, cmd, name), nil
 }
 
 // unmarshal decodes msg into cmd. A command's decoder is user code: its

@@ -1,6 +1,10 @@
 package middleware
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/claimbus/claimbus/internal/wire"
+)
 
 // Rejection codes: why a command was halted.
 const (
@@ -16,20 +20,20 @@ const (
 )
 
 // Rejection is a structured business rejection of a command: a code such as
-// "already_taken", the field it concerns, if any, and a message for people.
-// It crosses the wire as data, so a sender on another node gets a
-// *Rejection back and errors.Is and errors.As hold there too.
+// "already_taken", the field it concerns, if any (Field), and a message for
+// people (Message). It crosses the wire as data, so a sender on another node
+// gets a *Rejection back and errors.Is and errors.As hold there too.
 //
 // errors.Is matches rejections by Code alone, so
 // errors.Is(err, ErrAlreadyTaken) holds for a rejection naming any field.
-type Rejection struct {
-	// Code says why, such as CodeAlreadyTaken; errors.Is matches by it.
-	Code string `json:"code"`
-	// Field names the command field concerned, if any, such as "email".
-	Field string `json:"field,omitempty"`
-	// Message is for people.
-	Message string `json:"message,omitempty"`
-}
+// A rejection built on this node from a store's error wraps that error
+// beside it (errors.Is finds both); only the rejection crosses the wire.
+type Rejection = wire.Rejection
+
+// RemoteError is a command's error that is not a rejection, as the sender
+// gets it back from a handler that may run on another node: its message
+// only (field Message), since error types do not cross a wire.
+type RemoteError = wire.RemoteError
 
 // Sentinel rejections, matched with errors.Is.
 var (
@@ -46,22 +50,4 @@ var (
 // message made of format and args.
 func Reject(code, field, format string, args ...any) *Rejection {
 	return &Rejection{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
-}
-
-// Error returns "code: field: message", leaving out the empty parts.
-func (r *Rejection) Error() string {
-	s := r.Code
-	if r.Field != "" {
-		s += ": " + r.Field
-	}
-	if r.Message != "" {
-		s += ": " + r.Message
-	}
-	return s
-}
-
-// Is reports whether target is a *Rejection with the same code.
-func (r *Rejection) Is(target error) bool {
-	t, ok := target.(*Rejection)
-	return ok && t.Code == r.Code
 }

@@ -11,11 +11,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/requestreply"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/claimbus/claimbus/internal/wire"
 )
 
-// MetadataError is the metadata key of a reply's error in its wire form
-// (see MarshalError).
-const MetadataError = "_claimbus_error"
+// MetadataError is the metadata key of a reply's error in its wire form: the
+// same key as bus.MetadataError, so that bus replies and requestreply replies
+// encode a rejection alike. ReplyMarshaler also reads the key its replies
+// had before ("_claimbus_error"), so that replies of a node not yet
+// upgraded keep their rejections.
+const MetadataError = wire.MetadataError
 
 // ReplyMarshaler is a requestreply.BackendPubsubMarshaler that keeps a
 // reply's error as data: a *Rejection comes back as a *Rejection, so that
@@ -38,7 +43,7 @@ func (ReplyMarshaler[R]) MarshalReply(params requestreply.BackendOnCommandProces
 	if params.HandleErr != nil {
 		msg.Metadata.Set(requestreply.HasErrorMetadataKey, "1")
 		msg.Metadata.Set(requestreply.ErrorMetadataKey, params.HandleErr.Error())
-		msg.Metadata.Set(MetadataError, string(MarshalError(params.HandleErr)))
+		wire.SetReplyError(msg, wire.MarshalError(params.HandleErr))
 	} else {
 		msg.Metadata.Set(requestreply.HasErrorMetadataKey, "0")
 	}
@@ -50,8 +55,8 @@ func (ReplyMarshaler[R]) MarshalReply(params requestreply.BackendOnCommandProces
 func (ReplyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Reply[R], error) {
 	var reply requestreply.Reply[R]
 	if msg.Metadata.Get(requestreply.HasErrorMetadataKey) == "1" {
-		if wire := msg.Metadata.Get(MetadataError); wire != "" {
-			reply.Error = UnmarshalError([]byte(wire))
+		if errb := wire.ReplyError(msg); errb != nil {
+			reply.Error = wire.UnmarshalError(errb)
 		} else {
 			reply.Error = &RemoteError{Message: msg.Metadata.Get(requestreply.ErrorMetadataKey)}
 		}

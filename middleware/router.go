@@ -76,7 +76,7 @@ func (c RouterConfig) Validate() error {
 //
 // For each message it reads the command name from the metadata ("name"),
 // decodes the payload into a fresh command with the Registry, builds the
-// Pipeline (see NewMessagePipeline) and runs the Runner's hooks around
+// Pipeline (see Registry.Pipeline) and runs the Runner's hooks around
 // next. The next handler gets the message with its context replaced by the
 // handler context of the run (p.Context(), which hooks may have replaced,
 // carrying the pipeline); it decodes the payload again itself, as a cqrs
@@ -112,7 +112,7 @@ type routerAdapter struct {
 
 func (a *routerAdapter) middleware(next message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		name, cmd, err := a.cfg.Registry.Decode(msg)
+		p, err := a.cfg.Registry.Pipeline(msg)
 		if err != nil {
 			if errors.Is(err, ErrUnknownCommand) && !a.cfg.RejectUnknown {
 				return next(msg)
@@ -123,7 +123,6 @@ func (a *routerAdapter) middleware(next message.HandlerFunc) message.HandlerFunc
 			return nil, a.reject(msg, err)
 		}
 
-		p := NewMessagePipeline(msg, cmd, name)
 		var produced []*message.Message
 		err = a.out.run(msg.Context(), a.cfg.Runner, msg, p, func(ctx context.Context, _ *Pipeline) (any, error) {
 			orig := msg.Context()
@@ -141,7 +140,8 @@ func (a *routerAdapter) middleware(next message.HandlerFunc) message.HandlerFunc
 }
 
 // reject acks msg, which is not a command this middleware can run, after
-// logging it and reporting it to OnResult.
+// logging it and reporting it to OnResult; err is Decode's, an invalid
+// rejection.
 func (a *routerAdapter) reject(msg *message.Message, err error) error {
 	a.logger.LogAttrs(msg.Context(), slog.LevelError, "command rejected without running",
 		slog.String("message_uuid", msg.UUID),
@@ -149,5 +149,5 @@ func (a *routerAdapter) reject(msg *message.Message, err error) error {
 		slog.String("error", err.Error()))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), a.cfg.Runner.releaseTimeout)
 	defer cancel()
-	return a.out.result(ctx, msg, nil, invalidMessage(err))
+	return a.out.result(ctx, msg, nil, err)
 }
