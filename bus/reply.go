@@ -19,23 +19,23 @@ import (
 const (
 	// MetadataReplyTo, on a command message, is the reply topic of the bus
 	// that waits for the outcome; a command from Send has none.
-	MetadataReplyTo = "claimbus_reply_to"
+	MetadataReplyTo = wire.MetadataReplyTo
 	// MetadataCommandID, on a reply message, is the UUID of the command it
 	// answers: the operation id its waiter is found by.
-	MetadataCommandID = "claimbus_command_id"
+	MetadataCommandID = wire.MetadataCommandID
 	// MetadataError, on a reply message, is the command's error in its
 	// wire form (a rejection as data, any other error as its message);
 	// absent on success. middleware.MetadataError is the same key, which
 	// its requestreply replies carry.
-	MetadataError = middleware.MetadataError
+	MetadataError = wire.MetadataError
 	// MetadataDeadline, on a command message from Dispatch whose ctx has a
 	// deadline, is that deadline (RFC 3339 with nanoseconds, UTC): the
 	// bus that handles the command does not start its handler after it
 	// (see Dispatch). Send sets none: nobody waits for its outcome.
-	MetadataDeadline = "claimbus_deadline"
+	MetadataDeadline = wire.MetadataDeadline
 	// MetadataPoisonReason, on a message sent to Config.PoisonTopic, says
 	// why it could not be handled (the key of Watermill's PoisonQueue).
-	MetadataPoisonReason = "reason_poisoned"
+	MetadataPoisonReason = wire.MetadataPoisonReason
 )
 
 // reply is the outcome of one command: its result as JSON, or its error as

@@ -15,11 +15,34 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// MetadataError, on a reply message, is the command's error as MarshalError
-// encodes it; absent on success. It is the bus's documented key
-// (bus.MetadataError), which replies between the nodes of a bus carry, and
-// requestreply replies built by middleware.ReplyMarshaler carry it too.
-const MetadataError = "claimbus_error"
+// The metadata keys of claimbus messages, each defined once here and
+// exported where users meet it (middleware.MetadataCorrelationID,
+// bus.MetadataReplyTo, ...), whose docs are their contract.
+const (
+	// MetadataCorrelationID is middleware.MetadataCorrelationID: the key
+	// Watermill's CorrelationID middleware uses.
+	MetadataCorrelationID = "correlation_id"
+	// MetadataCausationID is middleware.MetadataCausationID.
+	MetadataCausationID = "causation_id"
+	// MetadataCommandName is middleware.MetadataCommandName: the key
+	// Watermill's cqrs marshalers use.
+	MetadataCommandName = "name"
+	// MetadataReplyTo is bus.MetadataReplyTo.
+	MetadataReplyTo = "claimbus_reply_to"
+	// MetadataCommandID is bus.MetadataCommandID.
+	MetadataCommandID = "claimbus_command_id"
+	// MetadataDeadline is bus.MetadataDeadline.
+	MetadataDeadline = "claimbus_deadline"
+	// MetadataPoisonReason is bus.MetadataPoisonReason: the key of
+	// Watermill's PoisonQueue.
+	MetadataPoisonReason = "reason_poisoned"
+	// MetadataError, on a reply message, is the command's error as
+	// MarshalError encodes it; absent on success. It is the bus's
+	// documented key (bus.MetadataError), which replies between the nodes
+	// of a bus carry; requestreply replies built by
+	// middleware.ReplyMarshaler carry it too (middleware.MetadataError).
+	MetadataError = "claimbus_error"
+)
 
 // legacyMetadataError is the key middleware.ReplyMarshaler wrote before it
 // shared MetadataError: ReplyError still reads it, so that a sender reads
