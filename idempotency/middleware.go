@@ -161,8 +161,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		case ctx.Err() != nil:
 			p.Halt(fmt.Errorf("idempotency: outcome of key %s: %w", key, err))
 		default:
-			p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "",
-				"cannot tell whether this command already ran now, try again"), err))
+			p.Halt(middleware.RejectStoreError(err, "", "cannot tell whether this command already ran now, try again"))
 		}
 		return
 	}
@@ -213,24 +212,32 @@ func (m *Middleware) haltLock(ctx context.Context, p *middleware.Pipeline, err e
 	switch {
 	case ctx.Err() != nil:
 		p.Halt(fmt.Errorf("idempotency: lock on the idempotency key: %w", err))
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, lockstore.ErrTimeout):
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeTimeout, "",
-			"waited more than %v for the run of this idempotency key ahead of this one, try again", m.timeout), err))
-	case errors.Is(err, lockstore.ErrInvalidKey):
-		p.Halt(invalidKey(err))
 	default:
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "",
-			"cannot take the idempotency key now, try again"), err))
+		var msg string
+		switch middleware.StoreErrorCode(err) {
+		case middleware.CodeTimeout:
+			msg = fmt.Sprintf("waited more than %v for the run of this idempotency key ahead of this one, try again", m.timeout)
+		case middleware.CodeInvalid:
+			msg = invalidKeyMessage
+		case middleware.CodeLocked:
+			msg = "the run of this idempotency key ahead of this one holds it, try again"
+		default:
+			msg = "cannot take the idempotency key now, try again"
+		}
+		p.Halt(middleware.RejectStoreError(err, "", "%s", msg))
 	}
 }
 
 // invalidKey is the halt reason of a command whose key the Locker cannot
 // take (err says why).
 func invalidKey(err error) error {
-	return fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, "",
-		"the idempotency key cannot be used: longer than %d bytes (%d with the command name) or not UTF-8",
-		lockstore.MaxIDLen, lockstore.MaxNamespaceLen), err)
+	return middleware.RejectStoreError(err, "", "%s", invalidKeyMessage)
 }
+
+// invalidKeyMessage is the message of the rejection of a key the Locker
+// cannot take.
+var invalidKeyMessage = fmt.Sprintf("the idempotency key cannot be used: longer than %d bytes (%d with the command name) or not UTF-8",
+	lockstore.MaxIDLen, lockstore.MaxNamespaceLen)
 
 // answer halts a repeat with the stored outcome o of its key; fp is the
 // repeat's fingerprint.

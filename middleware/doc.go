@@ -59,5 +59,48 @@
 // hooks (logging a release that fails, at Error when the lock was lost),
 // and cancels the handler's context if a lock is lost. Logging logs
 // each command's outcome on log/slog. The uniqueness package adds claims on
-// unique values.
+// unique values, the idempotency package stored answers by idempotency key.
+//
+// # Errors
+//
+// A halt reason is a *Rejection matched by code (ErrLocked, ErrTimeout,
+// ErrUnavailable, ErrInvalid, ...), also on a sender on another node. A
+// rejection built from a store's error wraps that error beside it, so on
+// this node errors.Is finds both, whichever middleware halted; RejectStoreError
+// is the one table from store errors (lockstore, claimstore) to codes that
+// Lock, uniqueness and idempotency use. ErrLocked, ErrTimeout and
+// ErrUnavailable are rejections and lockstore's are store errors: a locked
+// halt matches both.
+//
+// # Where code goes
+//
+// The package's files fall in four groups:
+//
+//   - core: the Middleware contract and Hooks (middleware.go), Pipeline
+//     (pipeline.go), Runner (runner.go, releasectx.go), rejections and
+//     errors (rejection.go, errors.go, storeerrors.go), ids (ids.go),
+//     command types (commandtype.go);
+//   - wire format: the rejection encoding and metadata keys live in the
+//     internal wire package, shared with the bus; this package re-exports
+//     what users name (Rejection, RemoteError, the Metadata* keys) and
+//     encodes requestreply replies with it (ReplyMarshaler in
+//     requestreply.go);
+//   - Watermill adapters: Registry (registry.go), RouterMiddleware
+//     (router.go), OnHandle, WrapHandler and ChainOnHandle (cqrs.go,
+//     chain.go), what they share (adapter.go), requestreply
+//     (requestreply.go);
+//   - built-in middleware: Validate (validate.go), Lock (lock.go), Logging
+//     (logging.go), FailureLog (failurelog.go).
+//
+// A new middleware is a file here when it needs nothing beyond this
+// package, the standard library and lockstore's interfaces (as Lock and
+// Logging do), so that importing middleware stays light. It gets its own
+// package, as uniqueness and idempotency have, when it brings a store
+// contract of its own (claimstore), its own configuration and sweepers, or
+// heavier dependencies: a user who does not use it then does not import
+// it. Such a package builds on the exported surface only: Middleware and
+// Pipeline, the rejections and RejectStoreError, and Recover, which makes
+// a panic in user code it calls outside a run (a lookup, an encoder) the
+// same *PanicError the runner reports; a user's own middleware package
+// uses them the same way.
 package middleware

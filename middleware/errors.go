@@ -29,7 +29,9 @@ func (e *PanicError) Error() string {
 // where; it returns nil when f returns. It is how the runner calls hooks and
 // handlers; code that calls user code outside a run (a decoder, an encoder,
 // a lookup) uses it so that a panic there is an error too, not the end of
-// the process.
+// the process. It is exported for middleware that lives in a package of
+// its own, such as uniqueness's lookups, idempotency's fingerprints, or a
+// user's: their panics are then the same *PanicError the runner reports.
 func Recover(where string, f func()) (err error) {
 	defer func() {
 		if v := recover(); v != nil {

@@ -69,9 +69,11 @@ func (c LockConfig) Validate() error {
 //     one with a `locked` rejection (matching ErrLocked), or with a positive
 //     Wait, waits for it up to Wait and then halts with `timeout`
 //     (ErrTimeout); a lock store that fails halts it with `unavailable`
-//     (ErrUnavailable) and an invalid key with `invalid` (ErrInvalid); such
-//     a rejection's message names the key, not the store's error, which
-//     is wrapped beside it (errors.Is finds it; it stays on this node). When
+//     (ErrUnavailable) and an invalid key with `invalid` (ErrInvalid), as
+//     RejectStoreError maps the store's errors; such a rejection's message
+//     names the key, not the store's error, which is wrapped beside it
+//     (errors.Is finds it, and the lockstore sentinel of the code, such as
+//     lockstore.ErrLocked; they stay on this node). When
 //     the command's own context ends during the wait, nothing is held and
 //     the runner skips the handler as it does for any done context.
 //   - While the handler runs, a lock that is lost (its lease ran out, the
@@ -187,24 +189,28 @@ func (m *lockMiddleware) BeforeDispatch(ctx context.Context, p *Pipeline) {
 }
 
 // rejection is the halt reason for a failure to take key, or nil when the
-// command's own context ended (the runner then skips the handler). Its
-// message is for people and names the key, never err: a store's error can
-// name a server, a port or a user, and the message crosses the wire. err
-// is wrapped beside the rejection, for errors.Is and the logs.
+// command's own context ended (the runner then skips the handler). It is
+// RejectStoreError's: err is wrapped beside the rejection, for errors.Is
+// and the logs, and the message is for people and names the key, never
+// err: a store's error can name a server, a port or a user, and the
+// message crosses the wire.
 func (m *lockMiddleware) rejection(ctx context.Context, key lockstore.Key, err error) error {
-	switch {
-	case errors.Is(err, lockstore.ErrLocked):
-		return &Rejection{Code: CodeLocked, Message: fmt.Sprintf("%s is locked", key)}
-	case errors.Is(err, lockstore.ErrInvalidKey):
-		return fmt.Errorf("%w: %w", &Rejection{Code: CodeInvalid, Message: fmt.Sprintf("%s cannot be locked: its id is empty, too long or not UTF-8", key)}, err)
+	var msg string
+	switch code := StoreErrorCode(err); {
+	case code == CodeLocked:
+		msg = fmt.Sprintf("%s is locked", key)
+	case code == CodeInvalid:
+		msg = fmt.Sprintf("%s cannot be locked: its id is empty, too long or not UTF-8", key)
 	case ctx.Err() != nil:
 		return nil //nolint:nilerr // the sender went away: no rejection, the runner skips the handler
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Rejection{Code: CodeTimeout, Message: fmt.Sprintf("%s still locked after %v", key, m.wait)}
-	case errors.Is(err, lockstore.ErrTimeout):
-		return fmt.Errorf("%w: %w", &Rejection{Code: CodeTimeout, Message: fmt.Sprintf("%s stayed locked past the lock store's timeout, try again", key)}, err)
+		msg = fmt.Sprintf("%s still locked after %v", key, m.wait)
+	case code == CodeTimeout:
+		msg = fmt.Sprintf("%s stayed locked past the lock store's timeout, try again", key)
+	default:
+		msg = fmt.Sprintf("cannot lock %s now, try again", key)
 	}
-	return fmt.Errorf("%w: %w", &Rejection{Code: CodeUnavailable, Message: fmt.Sprintf("cannot lock %s now, try again", key)}, err)
+	return RejectStoreError(err, "", "%s", msg)
 }
 
 // AfterDispatch releases the locks.

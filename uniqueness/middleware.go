@@ -381,16 +381,23 @@ func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets [
 		p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, field, "%s is already taken", field))
 	case ctx.Err() != nil:
 		p.Halt(fmt.Errorf("uniqueness: claim on field %s: %w", field, err))
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, lockstore.ErrTimeout):
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeTimeout, field,
-			"waited more than %v to claim %s: another command holds it, try again", m.timeout, field), err))
-	case errors.Is(err, lockstore.ErrInvalidKey):
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeInvalid, field,
-			"%s cannot be claimed: too long or not UTF-8", field), err))
 	default:
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, field,
-			"cannot check that %s is unique now, try again", field), err))
+		p.Halt(middleware.RejectStoreError(err, field, "%s", storeMessage(err, field, m.timeout)))
 	}
+}
+
+// storeMessage is the message of the rejection of a claim on field that
+// failed with err (see middleware.RejectStoreError for its code).
+func storeMessage(err error, field string, timeout time.Duration) string {
+	switch middleware.StoreErrorCode(err) {
+	case middleware.CodeTimeout:
+		return fmt.Sprintf("waited more than %v to claim %s: another command holds it, try again", timeout, field)
+	case middleware.CodeInvalid:
+		return fmt.Sprintf("%s cannot be claimed: too long or not UTF-8", field)
+	case middleware.CodeLocked:
+		return fmt.Sprintf("%s is claimed by another command, try again", field)
+	}
+	return fmt.Sprintf("cannot check that %s is unique now, try again", field)
 }
 
 // AfterDispatch releases the claims after the handler succeeded. Each

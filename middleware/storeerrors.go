@@ -1,0 +1,98 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// storeCodes is the one table from a store's errors to rejection codes,
+// first match wins; every other error is CodeUnavailable. Beside each code
+// is the lockstore sentinel of the same meaning, which a halt with that
+// code matches on this node whatever its cause (see RejectStoreError).
+var storeCodes = []struct {
+	err  error
+	code string
+}{
+	{lockstore.ErrLocked, CodeLocked},
+	{lockstore.ErrInvalidKey, CodeInvalid}, // claimstore.ErrInvalid for a key matches it too
+	{lockstore.ErrTimeout, CodeTimeout},
+	{context.DeadlineExceeded, CodeTimeout}, // a wait bounded by the middleware's own deadline
+	// lockstore.ErrUnavailable (claimstore.ErrUnavailable matches it),
+	// lockstore.ErrCapacity, lockstore.ErrClosed and any other error:
+	// CodeUnavailable, the sender may try again.
+}
+
+// storeSentinels are the lockstore errors that mean what a rejection code
+// means.
+var storeSentinels = map[string]error{
+	CodeLocked:      lockstore.ErrLocked,
+	CodeTimeout:     lockstore.ErrTimeout,
+	CodeUnavailable: lockstore.ErrUnavailable,
+}
+
+// StoreErrorCode returns the rejection code of a command halted because a
+// lock or claim store failed with err: CodeLocked for lockstore.ErrLocked,
+// CodeInvalid for lockstore.ErrInvalidKey, CodeTimeout for
+// lockstore.ErrTimeout and context.DeadlineExceeded (a wait the middleware
+// bounded), and CodeUnavailable for anything else (lockstore.ErrUnavailable
+// and claimstore.ErrUnavailable, lockstore.ErrCapacity, a closed store).
+// A middleware checks first whether the command's own context ended: then
+// there is no rejection to send, nobody waits for it.
+func StoreErrorCode(err error) string {
+	for _, e := range storeCodes {
+		if errors.Is(err, e.err) {
+			return e.code
+		}
+	}
+	return CodeUnavailable
+}
+
+// RejectStoreError returns the halt reason of a command whose store failed
+// with err: a rejection with code StoreErrorCode(err), naming field (may be
+// empty), with a message made of format and args. The message is for
+// people and crosses the wire: name the key or the field, never err, whose
+// text can name a server, a port or a user. err stays on this node,
+// wrapped beside the rejection: errors.Is finds it, and its text follows
+// the rejection's in Error() for the logs (unless it is the bare lockstore
+// sentinel of the code, which says nothing more).
+//
+// On this node the halt also matches the lockstore sentinel of its code
+// (lockstore.ErrLocked for locked, ErrTimeout for timeout, ErrUnavailable
+// for unavailable), so that errors.Is(err, lockstore.ErrTimeout) and
+// errors.Is(err, ErrTimeout) agree whichever middleware halted and
+// whatever the cause. On the sender's side of a wire the halt is its
+// rejection alone, which matches its code's sentinel (ErrTimeout).
+func RejectStoreError(err error, field, format string, args ...any) error {
+	code := StoreErrorCode(err)
+	return &storeRejection{
+		Rejection: Reject(code, field, format, args...),
+		cause:     err,
+		same:      storeSentinels[code],
+	}
+}
+
+// storeRejection is a rejection built from a store's error.
+type storeRejection struct {
+	*Rejection
+	cause error
+	same  error // the lockstore sentinel of the code, or nil
+}
+
+// Error returns the rejection's text and the cause's.
+func (e *storeRejection) Error() string {
+	if e.cause == e.same {
+		return e.Rejection.Error()
+	}
+	return e.Rejection.Error() + ": " + e.cause.Error()
+}
+
+// Unwrap returns the rejection, the cause and the lockstore sentinel of
+// the code.
+func (e *storeRejection) Unwrap() []error {
+	if e.same == nil {
+		return []error{e.Rejection, e.cause}
+	}
+	return []error{e.Rejection, e.cause, e.same}
+}
