@@ -8,16 +8,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/internal/sentinel"
 	"github.com/claimbus/claimbus/middleware"
 )
 
 // Errors of the transport, matched with errors.Is.
 var (
-	// ErrClosed is returned by Publish and Subscribe after Close.
-	ErrClosed = errors.New("natstransport: closed")
+	// ErrClosed is returned by Publish and Subscribe after Close. It also
+	// matches bus.ErrClosed.
+	ErrClosed = sentinel.New("natstransport: closed", bus.ErrClosed)
 	// ErrInvalidTopic is returned for an empty topic: any other topic has a
-	// subject (see Transport.Subject).
-	ErrInvalidTopic = errors.New("natstransport: invalid topic")
+	// subject (see Transport.Subject). It also matches bus.ErrInvalidTopic.
+	ErrInvalidTopic = sentinel.New("natstransport: invalid topic", bus.ErrInvalidTopic)
 	// ErrInvalidMetadata is returned by Publish for a message whose metadata
 	// cannot travel in a NATS header unchanged: an empty key, a key with a
 	// space, a colon or a control character, a key NATS or watermill-nats

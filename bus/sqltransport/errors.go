@@ -2,23 +2,25 @@ package sqltransport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/internal/pgerr"
+	"github.com/claimbus/claimbus/internal/sentinel"
 	"github.com/claimbus/claimbus/middleware"
 )
 
 // Errors of the transport, matched with errors.Is.
 var (
-	// ErrClosed is returned by Publish and Subscribe after Close.
-	ErrClosed = errors.New("sqltransport: closed")
+	// ErrClosed is returned by Publish and Subscribe after Close. It also
+	// matches bus.ErrClosed.
+	ErrClosed = sentinel.New("sqltransport: closed", bus.ErrClosed)
 	// ErrInvalidTopic is returned for a topic or node id with characters
-	// other than letters, digits and - : . _ (topics name tables).
-	ErrInvalidTopic = errors.New("sqltransport: invalid topic")
+	// other than letters, digits and - : . _ (topics name tables). It also
+	// matches bus.ErrInvalidTopic.
+	ErrInvalidTopic = sentinel.New("sqltransport: invalid topic", bus.ErrInvalidTopic)
 )
 
 // errUnavailable is the rejection of a Publish that failed because the
