@@ -443,6 +443,7 @@ func TestLostLockCancelsTheHandler(t *testing.T) {
 	require.NoError(t, e.mem.Reset(context.Background())) // the lease ran out
 	require.Error(t, <-errc)
 	require.ErrorIs(t, cause, idempotency.ErrLockLost)
+	require.ErrorIs(t, cause, lockstore.ErrLockLost, "a lost lock, whichever middleware")
 	require.Contains(t, logs.String(), "lock lost")
 
 	requireRunsAgain(t, b, "nothing stored")

@@ -454,6 +454,7 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	select {
 	case cause := <-causes:
 		require.ErrorIs(t, cause, uniqueness.ErrClaimLost)
+		require.ErrorIs(t, cause, lockstore.ErrLockLost, "a lost claim is a lost lock")
 	case <-time.After(waitFor):
 		t.Fatal("the handler's context was not cancelled")
 	}

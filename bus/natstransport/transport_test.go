@@ -456,6 +456,7 @@ func TestClosedTransport(t *testing.T) {
 	require.ErrorIs(t, err, natstransport.ErrClosed)
 	_, err = tr.ReplySubscriber().Subscribe(context.Background(), "t")
 	require.ErrorIs(t, err, natstransport.ErrClosed)
+	require.ErrorIs(t, err, bus.ErrClosed, "one meaning, one sentinel")
 
 	tr2, err := natstransport.New(context.Background(), srv.URL(), natstransport.Config{NodeID: "m"})
 	require.NoError(t, err)
@@ -463,6 +464,7 @@ func TestClosedTransport(t *testing.T) {
 	require.ErrorIs(t, tr2.Publisher().Publish("", message.NewMessage(uuid.NewString(), nil)), natstransport.ErrInvalidTopic)
 	_, err = tr2.Subscriber().Subscribe(context.Background(), "")
 	require.ErrorIs(t, err, natstransport.ErrInvalidTopic)
+	require.ErrorIs(t, err, bus.ErrInvalidTopic)
 	// Metadata a NATS header would not carry unchanged is refused.
 	for k, v := range map[string]string{"a b": "x", "k": "line\nbreak", "Nats-Msg-Id": "x", "j": " leading"} {
 		msg := message.NewMessage(uuid.NewString(), nil)

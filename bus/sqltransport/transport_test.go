@@ -467,11 +467,14 @@ func TestClosedTransport(t *testing.T) {
 	require.ErrorIs(t, tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)), sqltransport.ErrClosed)
 	_, err = tr.Subscriber().Subscribe(context.Background(), "t")
 	require.ErrorIs(t, err, sqltransport.ErrClosed)
+	require.ErrorIs(t, err, bus.ErrClosed, "one meaning, one sentinel")
 	// An invalid topic is refused before any SQL.
 	tr2, err := sqltransport.New(context.Background(), pool, sqltransport.Config{NodeID: "m", DisableNotify: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tr2.Close()) })
-	require.ErrorIs(t, tr2.Publisher().Publish(`bad"topic`, message.NewMessage(uuid.NewString(), nil)), sqltransport.ErrInvalidTopic)
+	err = tr2.Publisher().Publish(`bad"topic`, message.NewMessage(uuid.NewString(), nil))
+	require.ErrorIs(t, err, sqltransport.ErrInvalidTopic)
+	require.ErrorIs(t, err, bus.ErrInvalidTopic)
 }
 
 // Topics too long for a PostgreSQL identifier get distinct tables.
