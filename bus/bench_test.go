@@ -29,7 +29,7 @@ type BenchResult struct{ OK bool }
 // noopMiddleware is three middleware whose hooks do nothing.
 func noopMiddleware() []middleware.Middleware {
 	nop := func(context.Context, *middleware.Pipeline) {}
-	m := middleware.Hooks{Before: nop, AfterSuccess: nop, AfterFail: nop}
+	m := middleware.Hooks{OnBeforeDispatch: nop, OnAfterDispatch: nop, OnAfterFailure: nop}
 	return []middleware.Middleware{m, m, m}
 }
 

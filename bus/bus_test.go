@@ -287,7 +287,7 @@ func TestIDsPropagate(t *testing.T) {
 		type seen struct{ id, correlation, causation string }
 		var mu sync.Mutex
 		ids := map[string]seen{}
-		record := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+		record := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			mu.Lock()
 			defer mu.Unlock()
 			ids[p.CommandName] = seen{p.CommandUUID, p.CorrelationID, p.CausationID}

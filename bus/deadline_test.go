@@ -27,14 +27,14 @@ func holdSlow(release <-chan struct{}, held chan<- int, ended chan<- error) midd
 		}
 	}
 	return middleware.Hooks{
-		Before: func(_ context.Context, p *middleware.Pipeline) {
+		OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			if c, ok := p.Command.(*Slow); ok {
 				held <- c.ID
 				<-release
 			}
 		},
-		AfterSuccess: after,
-		AfterFail:    after,
+		OnAfterDispatch: after,
+		OnAfterFailure:  after,
 	}
 }
 
@@ -48,7 +48,7 @@ func TestDispatchDeadlineSkipsHandler(t *testing.T) {
 		release, held, ended := make(chan struct{}), make(chan int, 1), make(chan error, 1)
 		var waited context.Context
 		cfg.Middleware = []middleware.Middleware{
-			middleware.Hooks{Before: func(ctx context.Context, _ *middleware.Pipeline) { waited = ctx }},
+			middleware.Hooks{OnBeforeDispatch: func(ctx context.Context, _ *middleware.Pipeline) { waited = ctx }},
 			holdSlow(release, held, ended),
 		}
 		var handled []int

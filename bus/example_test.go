@@ -40,7 +40,7 @@ func ExampleDispatch_halted() {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, nil)
 	defer pubSub.Close()
 
-	emailTaken := middleware.Hooks{Before: func(ctx context.Context, p *middleware.Pipeline) {
+	emailTaken := middleware.Hooks{OnBeforeDispatch: func(ctx context.Context, p *middleware.Pipeline) {
 		if c, ok := p.Command.(*CreateStaff); ok && c.Email == "ann@example.org" {
 			p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "%s is taken", c.Email))
 		}

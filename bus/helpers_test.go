@@ -70,7 +70,7 @@ func newGoChannel(t testing.TB) *gochannel.GoChannel {
 
 // takenMiddleware halts Taken commands with an already_taken rejection
 // naming the email field.
-var takenMiddleware = middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+var takenMiddleware = middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 	if _, ok := p.Command.(*Taken); ok {
 		p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "email is already taken"))
 	}

@@ -158,7 +158,7 @@ func TestCloseWaitsThenCancelsHandlers(t *testing.T) {
 		started := make(chan struct{})
 		cfg.CloseTimeout = 50 * time.Millisecond
 		afterRan := make(chan error, 1)
-		cfg.Middleware = []middleware.Middleware{middleware.Hooks{AfterFail: func(ctx context.Context, p *middleware.Pipeline) {
+		cfg.Middleware = []middleware.Middleware{middleware.Hooks{OnAfterFailure: func(ctx context.Context, p *middleware.Pipeline) {
 			afterRan <- p.Err()
 		}}}
 		b := startBus(t, cfg, func(b *bus.Bus) {

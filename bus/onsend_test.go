@@ -28,7 +28,7 @@ func TestOnSend(t *testing.T) {
 						msg.Metadata.Set("trace", v)
 					}
 				},
-				Middleware: []middleware.Middleware{middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+				Middleware: []middleware.Middleware{middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 					seen <- p.Metadata["trace"]
 				}}},
 			}

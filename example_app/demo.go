@@ -71,7 +71,7 @@ func runDemo(ctx context.Context, w io.Writer) (r demoReport, err error) {
 	g := &gate{}
 	node, closeNode, err := demoNode(ctx, filepath.Join(dir, "demo.db"), app.Config{
 		Name:       "demo",
-		Middleware: []middleware.Middleware{middleware.Hooks{Before: g.before}},
+		Middleware: []middleware.Middleware{middleware.Hooks{OnBeforeDispatch: g.before}},
 	})
 	if err != nil {
 		return r, err

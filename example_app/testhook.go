@@ -17,7 +17,7 @@ import (
 // kill the node while it holds the claim. It runs after the Uniqueness
 // middleware. When the node stops, the command is halted as unavailable.
 func holdEmail(email string, stopping <-chan struct{}, logger *slog.Logger) middleware.Middleware {
-	return middleware.Hooks{Before: func(ctx context.Context, p *middleware.Pipeline) {
+	return middleware.Hooks{OnBeforeDispatch: func(ctx context.Context, p *middleware.Pipeline) {
 		c, ok := p.Command.(*commands.CreateStaff)
 		if !ok || uniqueness.NormalizeEmail(c.Email) != email {
 			return

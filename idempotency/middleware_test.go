@@ -303,7 +303,7 @@ func TestDefaultKeyIsTheCommandUUID(t *testing.T) {
 func TestHaltedDoneByALaterHookIsStoredAsSuccess(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	done := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	done := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		p.Respond(Receipt{Amount: 9, Run: 0})
 		p.Halt(nil)
 	}}
@@ -547,7 +547,7 @@ func TestLaterAfterHookPanicIsNotStored(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	var once sync.Once
-	later := middleware.Hooks{AfterSuccess: func(context.Context, *middleware.Pipeline) {
+	later := middleware.Hooks{OnAfterDispatch: func(context.Context, *middleware.Pipeline) {
 		once.Do(func() { panic("after hook broken") })
 	}}
 	b := e.node(bus.Config{}, e.middleware(e.config()), later)

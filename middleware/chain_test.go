@@ -32,7 +32,7 @@ func TestChainOnHandle(t *testing.T) {
 		return err
 	}
 	runner := newRunner(t, middleware.Hooks{
-		Before: func(_ context.Context, p *middleware.Pipeline) {
+		OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			note("pipeline span=" + p.Context().Value(ctxKey("span")).(string))
 		},
 	}, takenEmails)

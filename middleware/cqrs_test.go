@@ -46,7 +46,7 @@ func TestOnHandle(t *testing.T) {
 	rec := &recorder{}
 	res := &results{}
 	runner := newRunner(t, middleware.Validate(), takenEmails, middleware.Hooks{
-		Before: func(_ context.Context, p *middleware.Pipeline) {
+		OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			// A context not derived from the message's.
 			p.SetContext(context.WithValue(context.Background(), ctxKey("tx"), "tx-1"))
 		},
@@ -129,7 +129,7 @@ func TestWrapHandler(t *testing.T) {
 	t.Run("called directly", func(t *testing.T) {
 		var name string
 		direct, err := middleware.WrapHandler(inner, middleware.HandlerConfig{
-			Runner: newRunner(t, middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+			Runner: newRunner(t, middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 				name = p.CommandName
 			}}),
 		})

@@ -51,7 +51,7 @@ func (u *users) add(email string) {
 // uniqueEmails halts a RegisterUser whose email is taken, as the
 // uniqueness package's middleware does with claims.
 func uniqueEmails(u *users) middleware.Middleware {
-	return middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	return middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		if cmd, ok := p.Command.(*RegisterUser); ok && u.taken(cmd.Email) {
 			p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "%s is already registered", cmd.Email))
 		}

@@ -60,7 +60,7 @@ func TestRunnerLogsFailures(t *testing.T) {
 			t.Parallel()
 			var buf bytes.Buffer
 			logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			hooks := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+			hooks := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 				if tc.hook != nil {
 					tc.hook(p)
 				}

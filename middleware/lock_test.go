@@ -177,7 +177,7 @@ func TestLockWait(t *testing.T) {
 
 func TestLockReleasedOnEveryOutcome(t *testing.T) {
 	t.Parallel()
-	halting := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	halting := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		if p.Command.(*Transfer).ID == "halt" {
 			p.Halt(middleware.ErrInvalid)
 		}

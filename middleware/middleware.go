@@ -22,33 +22,35 @@ type Middleware interface {
 }
 
 // Hooks is a Middleware made of functions; a nil function is a no-op. It
-// suits small middleware that needs one hook or two.
+// suits small middleware that needs one hook or two. Each field is named
+// after the hook that calls it, with "On" before it (a field cannot share
+// its name with the method of the Middleware interface it serves).
 type Hooks struct {
-	// Before is the BeforeDispatch hook.
-	Before func(ctx context.Context, p *Pipeline)
-	// AfterSuccess is the AfterDispatch hook.
-	AfterSuccess func(ctx context.Context, p *Pipeline)
-	// AfterFail is the AfterFailure hook.
-	AfterFail func(ctx context.Context, p *Pipeline)
+	// OnBeforeDispatch is called by BeforeDispatch.
+	OnBeforeDispatch func(ctx context.Context, p *Pipeline)
+	// OnAfterDispatch is called by AfterDispatch.
+	OnAfterDispatch func(ctx context.Context, p *Pipeline)
+	// OnAfterFailure is called by AfterFailure.
+	OnAfterFailure func(ctx context.Context, p *Pipeline)
 }
 
-// BeforeDispatch calls h.Before.
+// BeforeDispatch calls h.OnBeforeDispatch.
 func (h Hooks) BeforeDispatch(ctx context.Context, p *Pipeline) {
-	if h.Before != nil {
-		h.Before(ctx, p)
+	if h.OnBeforeDispatch != nil {
+		h.OnBeforeDispatch(ctx, p)
 	}
 }
 
-// AfterDispatch calls h.AfterSuccess.
+// AfterDispatch calls h.OnAfterDispatch.
 func (h Hooks) AfterDispatch(ctx context.Context, p *Pipeline) {
-	if h.AfterSuccess != nil {
-		h.AfterSuccess(ctx, p)
+	if h.OnAfterDispatch != nil {
+		h.OnAfterDispatch(ctx, p)
 	}
 }
 
-// AfterFailure calls h.AfterFail.
+// AfterFailure calls h.OnAfterFailure.
 func (h Hooks) AfterFailure(ctx context.Context, p *Pipeline) {
-	if h.AfterFail != nil {
-		h.AfterFail(ctx, p)
+	if h.OnAfterFailure != nil {
+		h.OnAfterFailure(ctx, p)
 	}
 }

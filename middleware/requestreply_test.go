@@ -19,7 +19,7 @@ import (
 
 // takenEmails halts CreateStaff for "taken@x.org" as a uniqueness
 // middleware would.
-var takenEmails = middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+var takenEmails = middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 	if cmd, ok := p.Command.(*CreateStaff); ok && cmd.Email == "taken@x.org" {
 		p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "%s is already taken", cmd.Email))
 	}

@@ -58,7 +58,7 @@ func TestRouterMiddlewareRunsPipelineAroundHandler(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
 	runner := newRunner(t, &recMW{name: "m1", rec: rec}, middleware.Hooks{
-		Before: func(_ context.Context, p *middleware.Pipeline) {
+		OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			rec.add("decoded %T %s name=%s corr=%s cause=%s", p.Command, p.Command.(*CreateStaff).Email,
 				p.CommandName, p.CorrelationID, p.CausationID)
 			p.SetContext(context.WithValue(p.Context(), ctxKey("claim"), "claim-1"))
@@ -98,7 +98,7 @@ func TestRouterMiddlewareRunsPipelineAroundHandler(t *testing.T) {
 
 func TestRouterMiddlewareOutcomes(t *testing.T) {
 	t.Parallel()
-	halting := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	halting := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		if p.Command.(*CreateStaff).Email == "taken@x.org" {
 			p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "taken@x.org is taken"))
 		}

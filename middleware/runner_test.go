@@ -382,20 +382,20 @@ func TestRunnerConcurrent(t *testing.T) {
 	t.Parallel()
 	var before, after, handled atomic.Int64
 	m := middleware.Hooks{
-		Before: func(_ context.Context, p *middleware.Pipeline) {
+		OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			before.Add(1)
 			p.Assign("n", p.CommandUUID)
 			if p.CommandUUID[len(p.CommandUUID)-1] == '7' {
 				p.Halt(middleware.ErrLocked)
 			}
 		},
-		AfterSuccess: func(_ context.Context, p *middleware.Pipeline) {
+		OnAfterDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			v, _ := p.Assigned("n")
 			if v == p.CommandUUID {
 				after.Add(1)
 			}
 		},
-		AfterFail: func(_ context.Context, p *middleware.Pipeline) {
+		OnAfterFailure: func(_ context.Context, p *middleware.Pipeline) {
 			v, _ := p.Assigned("n")
 			if v == p.CommandUUID {
 				after.Add(1)
@@ -487,11 +487,11 @@ func TestRunnerGoexit(t *testing.T) {
 func TestRunnerAfterContextEnds(t *testing.T) {
 	t.Parallel()
 	kept := make(chan context.Context, 2)
-	waiting := middleware.Hooks{AfterSuccess: func(ctx context.Context, _ *middleware.Pipeline) {
+	waiting := middleware.Hooks{OnAfterDispatch: func(ctx context.Context, _ *middleware.Pipeline) {
 		<-ctx.Done() // ends at the release timeout
 		kept <- ctx
 	}}
-	idle := middleware.Hooks{AfterSuccess: func(ctx context.Context, _ *middleware.Pipeline) {
+	idle := middleware.Hooks{OnAfterDispatch: func(ctx context.Context, _ *middleware.Pipeline) {
 		kept <- ctx // never waited on: no timer, cancelled all the same
 	}}
 	r, err := middleware.NewRunner(middleware.RunnerConfig{

@@ -49,7 +49,7 @@ func TestStepsReachThePipelineTracer(t *testing.T) {
 	mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t),
 		Rules: []uniqueness.Rule{eventRule(table, claimstore.NewMemory(claimstore.MemoryConfig{}), time.Hour)}})
 	log := &stepLog{}
-	setTracer := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	setTracer := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		p.SetContext(observe.ContextWithTracer(p.Context(), log))
 	}}
 	runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{setTracer, mw}})

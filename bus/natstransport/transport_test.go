@@ -34,7 +34,7 @@ type (
 
 func (*Broken) UnmarshalJSON([]byte) error { return errors.New("broken on purpose") }
 
-var takenMiddleware = middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+var takenMiddleware = middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 	if _, ok := p.Command.(*Taken); ok {
 		p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "email is already taken"))
 	}
@@ -217,7 +217,7 @@ func TestNestedDispatchAcrossNodes(t *testing.T) {
 	type ids struct{ id, correlation, causation string }
 	var mu sync.Mutex
 	seen := map[string]ids{}
-	record := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	record := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		mu.Lock()
 		seen[p.CommandName] = ids{p.CommandUUID, p.CorrelationID, p.CausationID}
 		mu.Unlock()

@@ -36,7 +36,7 @@ type (
 
 func (*Broken) UnmarshalJSON([]byte) error { return errors.New("broken on purpose") }
 
-var takenMiddleware = middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+var takenMiddleware = middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 	if _, ok := p.Command.(*Taken); ok {
 		p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "email is already taken"))
 	}
@@ -196,7 +196,7 @@ func TestHandlerWritesCommitBeforeAfterHooks(t *testing.T) {
 	observer := pgtest.Connect(t, dsn, pgtest.PoolConfig{ApplicationName: "observer"})
 
 	seenAfter := make(chan bool, 1)
-	release := middleware.Hooks{AfterSuccess: func(ctx context.Context, p *middleware.Pipeline) {
+	release := middleware.Hooks{OnAfterDispatch: func(ctx context.Context, p *middleware.Pipeline) {
 		// What another node's lookup sees when the claim is released.
 		var n int
 		err := observer.QueryRow(ctx, `SELECT count(*) FROM staff WHERE email = $1`, p.Command.(*Write).Email).Scan(&n)
@@ -229,7 +229,7 @@ func TestNestedDispatchAcrossNodes(t *testing.T) {
 	type ids struct{ id, correlation, causation string }
 	var mu sync.Mutex
 	seen := map[string]ids{}
-	record := middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	record := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		mu.Lock()
 		seen[p.CommandName] = ids{p.CommandUUID, p.CorrelationID, p.CausationID}
 		mu.Unlock()

@@ -21,7 +21,7 @@ import (
 // before the handler (inside the claims), counts the CreateStaff that
 // reach it.
 func countSignUps(cfg app.Config, runs *atomic.Int64) app.Config {
-	cfg.Middleware = []middleware.Middleware{middleware.Hooks{Before: func(_ context.Context, p *middleware.Pipeline) {
+	cfg.Middleware = []middleware.Middleware{middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		if _, ok := p.Command.(*commands.CreateStaff); ok {
 			runs.Add(1)
 		}

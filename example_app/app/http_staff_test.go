@@ -108,7 +108,7 @@ func requireNoBackstop(t *testing.T, url string) {
 func TestHealthzCountsBackstop(t *testing.T) {
 	t.Parallel()
 	var db *sql.DB
-	sneak := middleware.Hooks{Before: func(ctx context.Context, p *middleware.Pipeline) {
+	sneak := middleware.Hooks{OnBeforeDispatch: func(ctx context.Context, p *middleware.Pipeline) {
 		if c, ok := p.Command.(*commands.CreateStaff); ok && c.StaffID == "s-2" {
 			_, err := db.ExecContext(ctx, `INSERT INTO staff (staff_id, email, name) VALUES ('s-sneak', 'race@x.org', 'Sneak')`)
 			require.NoError(t, err)

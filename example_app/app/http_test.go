@@ -174,7 +174,7 @@ func TestHTTPAPI(t *testing.T) {
 func TestHTTPTimeout(t *testing.T) {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	release := make(chan struct{})
-	slow := middleware.Hooks{Before: func(ctx context.Context, p *middleware.Pipeline) { <-release }}
+	slow := middleware.Hooks{OnBeforeDispatch: func(ctx context.Context, p *middleware.Pipeline) { <-release }}
 	_, _, url := sqliteNode(t, app.Config{Middleware: []middleware.Middleware{slow}, RequestTimeout: 50 * time.Millisecond})
 	defer close(release) // before the cleanups close the node, which waits for the command
 

@@ -32,14 +32,14 @@ func holdSignUps(release <-chan struct{}, held chan<- string, ended chan<- error
 		}
 	}
 	return middleware.Hooks{
-		Before: func(_ context.Context, p *middleware.Pipeline) {
+		OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			if slow(p) {
 				held <- p.Command.(*commands.CreateStaff).StaffID
 				<-release
 			}
 		},
-		AfterSuccess: after,
-		AfterFail:    after,
+		OnAfterDispatch: after,
+		OnAfterFailure:  after,
 	}
 }
 

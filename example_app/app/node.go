@@ -300,7 +300,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	bcfg.Middleware = append(first, []middleware.Middleware{
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
-		middleware.Hooks{AfterFail: n.logUnavailable},
+		middleware.Hooks{OnAfterFailure: n.logUnavailable},
 		middleware.Validate(),
 		idem, // before the claims: a repeat is answered without claiming
 		unique,
