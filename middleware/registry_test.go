@@ -73,6 +73,43 @@ func TestRegistry(t *testing.T) {
 		require.ErrorIs(t, err, middleware.ErrUnknownCommand)
 		require.ErrorContains(t, err, "billing.Refund")
 	})
+	t.Run("pipeline", func(t *testing.T) {
+		t.Parallel()
+		msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+		msg.Metadata.Set(middleware.MetadataCausationID, "cause-1")
+		p, err := reg.Pipeline(msg)
+		require.NoError(t, err)
+		require.Equal(t, &CreateStaff{Email: "ann@x.org"}, p.Command)
+		require.Equal(t, createStaffName, p.CommandName)
+		require.Equal(t, msg.UUID, p.CommandUUID)
+		require.Equal(t, msg.UUID, p.CorrelationID, "no correlation id: the message's UUID")
+		require.Equal(t, "cause-1", p.CausationID)
+		require.Equal(t, msg.Context(), p.Context())
+
+		msg.Metadata.Set(middleware.MetadataCorrelationID, "flow-1")
+		p, err = reg.Pipeline(msg)
+		require.NoError(t, err)
+		require.Equal(t, "flow-1", p.CorrelationID)
+
+		_, err = reg.Pipeline(message.NewMessage("m9", []byte("{}")))
+		require.ErrorIs(t, err, middleware.ErrUnknownCommand)
+	})
+	t.Run("decode errors are invalid rejections", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := reg.Decode(message.NewMessage("m7", []byte("{}")))
+		require.ErrorIs(t, err, middleware.ErrInvalid)
+		var rej *middleware.Rejection
+		require.ErrorAs(t, err, &rej)
+		require.Equal(t, `middleware: unknown command "" (message m7)`, rej.Message)
+
+		msg := commandMessage(t, &CreateStaff{})
+		msg.Payload = []byte(`{`)
+		_, _, err = reg.Decode(msg)
+		require.ErrorIs(t, err, middleware.ErrInvalid)
+		require.ErrorIs(t, err, middleware.ErrUndecodable)
+		require.ErrorAs(t, err, &rej)
+		require.Contains(t, rej.Message, "middleware: undecodable command "+createStaffName)
+	})
 	t.Run("undecodable payload", func(t *testing.T) {
 		t.Parallel()
 		msg := commandMessage(t, &CreateStaff{})
