@@ -13,13 +13,17 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// failingLocker fails every TryLock with err.
+// failingLocker fails every TryLock and Lock with err.
 type failingLocker struct {
 	lockstore.Locker
 	err error
 }
 
 func (l failingLocker) TryLock(context.Context, lockstore.Key) (lockstore.Lock, error) {
+	return nil, l.err
+}
+
+func (l failingLocker) Lock(context.Context, lockstore.Key) (lockstore.Lock, error) {
 	return nil, l.err
 }
 

@@ -17,20 +17,6 @@ import (
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
-// brokenLocker fails every TryLock and Lock with err.
-type brokenLocker struct {
-	lockstore.Locker
-	err error
-}
-
-func (l brokenLocker) TryLock(context.Context, lockstore.Key) (lockstore.Lock, error) {
-	return nil, l.err
-}
-
-func (l brokenLocker) Lock(context.Context, lockstore.Key) (lockstore.Lock, error) {
-	return nil, l.err
-}
-
 // haltingMiddleware builds each middleware that halts a command when its
 // lock store fails: Lock, uniqueness and idempotency.
 var haltingMiddleware = []struct {
@@ -97,7 +83,7 @@ func TestStoreErrorHaltsAreOneFamily(t *testing.T) {
 			t.Run(hm.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				store := newMemory(t, lockstore.MemoryConfig{})
-				r := newRunner(t, hm.new(t, brokenLocker{Locker: store, err: tc.err}))
+				r := newRunner(t, hm.new(t, failingLocker{Locker: store, err: tc.err}))
 				ran, err := run(context.Background(), r, &Transfer{ID: "t1"}, nil)
 				require.False(t, ran, "the handler ran")
 				require.ErrorIs(t, err, tc.want)
