@@ -26,7 +26,10 @@
 // message the bus cannot handle (an unknown command name, an undecodable
 // payload) is answered with an invalid rejection (middleware.ErrInvalid),
 // or, when nobody waits for it, goes to Config.PoisonTopic or the log; it
-// is acked either way.
+// is acked either way. The bus names and decodes commands with a
+// middleware.Registry, as middleware.RouterMiddleware does, so both treat
+// such a message alike, and its replies carry errors in the encoding of
+// middleware.ReplyMarshaler's requestreply replies, under the same key.
 //
 // A Dispatch whose ctx ends returns a *TimeoutError naming the command id;
 // it matches ctx's error and middleware.ErrTimeout. Nothing stays pending:
