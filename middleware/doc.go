@@ -64,13 +64,14 @@
 // # Errors
 //
 // A halt reason is a *Rejection matched by code (ErrLocked, ErrTimeout,
-// ErrUnavailable, ErrInvalid, ...), also on a sender on another node. A
-// rejection built from a store's error wraps that error beside it, so on
-// this node errors.Is finds both, whichever middleware halted; RejectStoreError
-// is the one table from store errors (lockstore, claimstore) to codes that
-// Lock, uniqueness and idempotency use. ErrLocked, ErrTimeout and
-// ErrUnavailable are rejections and lockstore's are store errors: a locked
-// halt matches both.
+// ErrUnavailable, ErrInvalid, ...), also on a sender on another node.
+// StoreErrorCode is the one table from store errors (lockstore, claimstore)
+// to codes, and RejectStoreError builds the halt from it; Lock, uniqueness
+// and idempotency use both. Such a halt wraps the store's error beside the
+// rejection, so on this node errors.Is finds both whichever middleware
+// halted. middleware's ErrLocked, ErrTimeout and ErrUnavailable are
+// rejections and lockstore's are store errors, one meaning each: on this
+// node such a halt matches both, on the sender's side the rejection.
 //
 // # Where code goes
 //
