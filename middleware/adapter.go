@@ -71,16 +71,6 @@ func (o outcome) result(ctx context.Context, msg *message.Message, res any, err 
 	return rerr
 }
 
-// causedRejection is a rejection built from a local error: it crosses the
-// wire as the rejection, and errors.Is also finds the cause locally.
-type causedRejection struct {
-	*Rejection
-	cause error
-}
-
-// Unwrap returns the rejection and its cause.
-func (e *causedRejection) Unwrap() []error { return []error{e.Rejection, e.cause} }
-
 // invalidMessage is the rejection of a message that is not a command the
 // adapter can run.
 func invalidMessage(err error) error {

@@ -66,31 +66,36 @@ func StoreErrorCode(err error) string {
 // rejection alone, which matches its code's sentinel (ErrTimeout).
 func RejectStoreError(err error, field, format string, args ...any) error {
 	code := StoreErrorCode(err)
-	return &storeRejection{
+	return &causedRejection{
 		Rejection: Reject(code, field, format, args...),
 		cause:     err,
 		same:      storeSentinels[code],
 	}
 }
 
-// storeRejection is a rejection built from a store's error.
-type storeRejection struct {
+// causedRejection is a rejection built from a local error, the one type of
+// every halt with a cause: it crosses the wire as the rejection, and
+// errors.Is also finds the cause (and same, the lockstore sentinel of a
+// store error's code) on this node.
+type causedRejection struct {
 	*Rejection
 	cause error
 	same  error // the lockstore sentinel of the code, or nil
 }
 
-// Error returns the rejection's text and the cause's.
-func (e *storeRejection) Error() string {
-	if e.cause == e.same {
+// Error returns the rejection's text, then the cause's when the rejection
+// does not say it already (its message is not the cause's text, and the
+// cause is not the bare sentinel of the code).
+func (e *causedRejection) Error() string {
+	if e.cause == e.same || e.Message == e.cause.Error() {
 		return e.Rejection.Error()
 	}
 	return e.Rejection.Error() + ": " + e.cause.Error()
 }
 
 // Unwrap returns the rejection, the cause and the lockstore sentinel of
-// the code.
-func (e *storeRejection) Unwrap() []error {
+// the code, if any.
+func (e *causedRejection) Unwrap() []error {
 	if e.same == nil {
 		return []error{e.Rejection, e.cause}
 	}
