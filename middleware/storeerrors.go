@@ -87,7 +87,7 @@ type causedRejection struct {
 // does not say it already (its message is not the cause's text, and the
 // cause is not the bare sentinel of the code).
 func (e *causedRejection) Error() string {
-	if e.cause == e.same || e.Message == e.cause.Error() {
+	if e.cause == e.same || e.Message == e.cause.Error() { //nolint:errorlint // the bare sentinel itself, not an error wrapping it
 		return e.Rejection.Error()
 	}
 	return e.Rejection.Error() + ": " + e.cause.Error()
