@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 	"github.com/claimbus/claimbus/observe"
 )
 
@@ -53,8 +54,10 @@ import (
 // error comes back as is, joined with the rollback's error if that failed
 // too, and a panic goes on after the rollback. When ctx is done by the time
 // fn returns, the transaction rolls back too. A failed commit comes back
-// wrapped. On any error the result is T's zero value. fn's ctx is
-// cancelled when Serialize returns.
+// wrapped; when the session ended before or during it (its backend
+// terminated, the connection lost), which ends key's lock with it, the
+// error matches lockstore.ErrLockLost too. On any error the result is T's
+// zero value. fn's ctx is cancelled when Serialize returns.
 //
 // Close stops a running Serialize: fn's ctx is cancelled with a cause
 // matching lockstore.ErrClosed, the transaction rolls back instead of
@@ -246,7 +249,9 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 	fctx, effects := lockstore.NewEffects(c.ctx)
 	st.effects = effects
 	fctx = lockstore.ContextWithToken(fctx, token)
-	fctx = withTxScope(fctx, &txScope{store: s, tx: st.tx, held: map[LockID]int64{id: token}})
+	sc := &txScope{store: s, tx: st.tx}
+	sc.held.Init(id, token)
+	fctx = withTxScope(fctx, sc)
 	return st, fctx, nil
 }
 
@@ -337,9 +342,16 @@ func (st *serialTxn) commit(ctx context.Context) error {
 	cctx, cancel := st.s.statementBound(ctx)
 	err := st.tx.Commit(cctx)
 	cancel()
+	// Asked before the release: the pool may hand the connection on.
+	sessionEnded := err != nil && st.conn.IsClosed()
 	st.ended = true
 	st.release()
 	if err != nil {
+		if sessionEnded && st.call.reason() == nil {
+			// The session is gone, and key's xact lock with it: the lock
+			// cannot be confirmed to the commit.
+			err = fmt.Errorf("%w: the session ended: %w", lockstore.ErrLockLost, err)
+		}
 		return fmt.Errorf("postgres: Serialize %q: commit: %w", st.key, st.call.stopCause(err))
 	}
 	st.effects.Run()
@@ -524,20 +536,11 @@ func beginLocked(ctx context.Context, conn *pgx.Conn, q *serialSQL, id LockID, t
 	return tx, true, nil
 }
 
-// nestedSavepoint is the savepoint each nested Serialize runs in: released
-// when its fn succeeds, rolled back to when it fails. Nested calls nest
-// strictly, so one name serves them all (PostgreSQL uses the most recent
-// savepoint of a name).
-const nestedSavepoint = "claimbus_nest"
+// rollbackSavepointSQL rolls back to the savepoint of a nested call and
+// ends it, in one message.
+const rollbackSavepointSQL = txnest.RollbackToSQL + "; " + txnest.ReleaseSQL
 
-// SQL of nested calls (nested.go).
-const (
-	savepointSQL         = "savepoint " + nestedSavepoint
-	releaseSavepointSQL  = "release savepoint " + nestedSavepoint
-	rollbackSavepointSQL = "rollback to savepoint " + nestedSavepoint + "; release savepoint " + nestedSavepoint
-)
-
-// nestedLockSQL opens the savepoint nestedSavepoint in an open transaction,
+// nestedLockSQL opens the savepoint txnest.Name in an open transaction,
 // takes id's xact lock in it and draws a token (q.token), all in one
 // message; the caller reads the token from its last result. Bounded, it
 // sets lock_timeout for this wait only (SET LOCAL, which a rollback to the
@@ -546,7 +549,7 @@ const (
 // savepoint open, for the caller to roll back to.
 func nestedLockSQL(q *serialSQL, id LockID, timeoutMS int64, bounded bool) string {
 	b := make([]byte, 0, 512)
-	b = append(b, savepointSQL+"; "...)
+	b = append(b, txnest.SavepointSQL+"; "...)
 	if bounded {
 		b = append(b, "select set_config('claimbus.saved_lock_timeout', current_setting('lock_timeout'), true); set local lock_timeout = "...)
 		b = strconv.AppendInt(b, timeoutMS, 10)

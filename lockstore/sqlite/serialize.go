@@ -163,7 +163,9 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, conte
 	fctx, effects := lockstore.NewEffects(ctx)
 	st.effects = effects
 	fctx = lockstore.ContextWithToken(fctx, token)
-	return st, context.WithValue(fctx, txScopeKey{}, &txScope{store: s, tx: tx, key: key, keyToken: token, hasKey: true}), nil
+	sc := &txScope{store: s, tx: tx}
+	sc.held.Init(key, token)
+	return st, context.WithValue(fctx, txScopeKey{}, sc), nil
 }
 
 // beginError explains a failed BEGIN IMMEDIATE.

@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"sync"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
 
 // Querier is what *sql.DB, *sql.Conn and *sql.Tx have in common: what
@@ -31,43 +31,9 @@ type txScope struct {
 	store *Store
 	tx    *sql.Tx
 
-	// key and keyToken are the outermost Serialize's key and token (not
-	// for WithTx's scope), kept apart from tokens so that a transaction
-	// without nested calls allocates no map.
-	key      lockstore.Key
-	keyToken int64
-	hasKey   bool
-
-	mu     sync.Mutex
-	tokens map[lockstore.Key]int64 // the keys nested calls drew tokens for in tx
-}
-
-// token returns key's token in the transaction, if it has one.
-func (sc *txScope) token(key lockstore.Key) (int64, bool) {
-	if sc.hasKey && key == sc.key {
-		return sc.keyToken, true
-	}
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	t, ok := sc.tokens[key]
-	return t, ok
-}
-
-// setToken records key's token in the transaction.
-func (sc *txScope) setToken(key lockstore.Key, token int64) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if sc.tokens == nil {
-		sc.tokens = make(map[lockstore.Key]int64)
-	}
-	sc.tokens[key] = token
-}
-
-// forget drops key's token: the savepoint it was drawn in rolled back.
-func (sc *txScope) forget(key lockstore.Key) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	delete(sc.tokens, key)
+	// held is the keys tx has tokens for: the outermost Serialize's, and
+	// those nested calls drew.
+	held txnest.Held[lockstore.Key]
 }
 
 type txScopeKey struct{}
@@ -142,4 +108,28 @@ func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key, token 
 func WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
 	ctx, effects := lockstore.NewEffects(ctx)
 	return context.WithValue(ctx, txScopeKey{}, &txScope{tx: tx}), effects
+}
+
+// Store is the lockstore.TxLocker of SQLite: Serialize's transactions are
+// *sql.Tx, and Exclusive's fn gets a Querier.
+var _ lockstore.TxLocker[*sql.Tx, Querier] = (*Store)(nil)
+
+// Serialize is the package's Serialize for a fn that returns only an
+// error: the method of lockstore.TxLocker.
+func (s *Store) Serialize(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	_, err := Serialize(ctx, s, key, txnest.Unit(fn))
+	return err
+}
+
+// Exclusive is the package's Exclusive for a fn that returns only an
+// error: the method of lockstore.TxLocker.
+func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, q Querier) error) error {
+	_, err := Exclusive(ctx, s, key, txnest.Unit(fn))
+	return err
+}
+
+// WithTx is the package's WithTx: the method of lockstore.TxLocker. Any
+// Store joins tx, not only s.
+func (s *Store) WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
+	return WithTx(ctx, tx)
 }
