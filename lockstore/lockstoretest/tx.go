@@ -27,6 +27,10 @@ import (
 type TxStore[Tx comparable, Q any] struct {
 	// Locker is the store under test.
 	Locker lockstore.TxLocker[Tx, Q]
+	// Peer is another store on the same database, as another node would
+	// open it, which MutualExclusion runs beside Locker; for a backend
+	// with one store per database (SQLite), Locker itself.
+	Peer lockstore.TxLocker[Tx, Q]
 	// Close closes the store; the suite calls it in one subtest and when
 	// each ends, so it must be idempotent.
 	Close func() error
@@ -107,6 +111,7 @@ type txBundle[Tx comparable, Q any] struct {
 func setupTx[Tx comparable, Q any](t *testing.T, s TxStore[Tx, Q]) *txBundle[Tx, Q] {
 	t.Helper()
 	require.NotNil(t, s.Locker, "TxStore.Locker is nil")
+	require.NotNil(t, s.Peer, "TxStore.Peer is nil")
 	for name, f := range map[string]bool{
 		"Close": s.Close == nil, "Write": s.Write == nil, "WriteQ": s.WriteQ == nil, "Seen": s.Seen == nil,
 		"Committed": s.Committed == nil, "Begin": s.Begin == nil, "Commit": s.Commit == nil,
@@ -296,8 +301,11 @@ func testTxNoEffectsOnRollback[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	require.Error(b.t, err)
 	require.False(b.t, ran.Load(), "an effect ran after a rollback")
 
-	// Outside any transaction (Exclusive's own writes commit one by one),
-	// an effect runs at once.
+	// Outside any transaction an effect runs at once: with no store at
+	// all, and inside Exclusive (its writes commit one by one).
+	lockstore.AfterCommit(b.ctx, func() { ran.Store(true) })
+	require.True(b.t, ran.Load(), "an effect outside a transaction did not run at once")
+	ran.Store(false)
 	require.NoError(b.t, b.l.Exclusive(b.ctx, b.key(), func(ctx context.Context, q Q) error {
 		lockstore.AfterCommit(ctx, func() { ran.Store(true) })
 		require.True(b.t, ran.Load(), "an effect outside a transaction did not run at once")
@@ -337,7 +345,7 @@ func testTxNestedTokens[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 
 func testTxNestedError[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	k1, k2, k3 := b.key(), b.key(), b.key()
-	outerRow, inner, deep, same, later := b.row("outer"), b.row("inner"), b.row("deep"), b.row("same"), b.row("later")
+	outerRow, inner, deep, same, excl, later := b.row("outer"), b.row("inner"), b.row("deep"), b.row("same"), b.row("exclusive"), b.row("later")
 	boom := errors.New("inner fails")
 	var ran []string
 	effect := func(what string) func() { return func() { ran = append(ran, what) } }
@@ -369,9 +377,17 @@ func testTxNestedError[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 		})
 		require.Same(b.t, boom, err)
 
+		// Exclusive inside a transaction is Serialize: its savepoint too.
+		err = b.l.Exclusive(ctx, k1, func(ctx context.Context, q Q) error {
+			require.NoError(b.t, b.s.WriteQ(ctx, q, excl))
+			lockstore.AfterCommit(ctx, effect("exclusive"))
+			return boom
+		})
+		require.Same(b.t, boom, err)
+
 		// The outer transaction is usable and sees none of it.
 		require.True(b.t, b.seen(ctx, tx, outerRow))
-		for _, r := range []string{inner, deep, same} {
+		for _, r := range []string{inner, deep, same, excl} {
 			require.False(b.t, b.seen(ctx, tx, r), "a rolled-back savepoint's write %s is seen", r)
 		}
 		// k2 went with the savepoint it was taken in: a later nested call
@@ -389,7 +405,7 @@ func testTxNestedError[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	require.Equal(b.t, []string{"outer", "later"}, ran)
 	require.True(b.t, b.committed(outerRow))
 	require.True(b.t, b.committed(later))
-	for _, r := range []string{inner, deep, same} {
+	for _, r := range []string{inner, deep, same, excl} {
 		require.False(b.t, b.committed(r), "a rolled-back savepoint's write %s committed", r)
 	}
 
@@ -563,35 +579,58 @@ func testTxTokensRise[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	}
 }
 
+// testTxMutualExclusion runs Serialize and Exclusive on two hot keys from
+// many goroutines, on Locker and Peer: one fn at a time per key, each with
+// a token greater than the key's previous one, and each Serialize sees the
+// row the key's previous fn wrote (its commit came first).
 func testTxMutualExclusion[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	const goroutines, rounds, keys = 16, 8, 2
-	ks := make([]lockstore.Key, keys)
-	for i := range ks {
-		ks[i] = b.key()
+	type hot struct {
+		key       lockstore.Key
+		inside    atomic.Int32
+		lastToken atomic.Int64
+		lastRow   atomic.Pointer[string]
 	}
 	var (
-		active    [keys]atomic.Int32
-		lastToken [keys]atomic.Int64
-		overlaps  atomic.Int64
-		stale     atomic.Int64
-		calls     atomic.Int64
+		hots          [keys]hot
+		overlaps      atomic.Int64
+		stale, unseen atomic.Int64
+		sections      atomic.Int64
 	)
-	critical := func(ctx context.Context, k int) {
-		if active[k].Add(1) != 1 {
+	for i := range hots {
+		hots[i].key = b.key()
+	}
+	// critical is fn's body; seen reports whether the key's previous row
+	// is visible (Exclusive, outside a transaction, does not ask).
+	critical := func(ctx context.Context, h *hot, seen func(string) bool, write func(string) error) error {
+		if h.inside.Add(1) != 1 {
 			overlaps.Add(1)
 		}
+		defer h.inside.Add(-1)
 		tok, _ := lockstore.TokenFrom(ctx)
-		if prev := lastToken[k].Swap(tok); tok <= prev {
+		if prev := h.lastToken.Swap(tok); tok <= prev {
 			stale.Add(1)
 		}
+		if prev := h.lastRow.Load(); prev != nil && seen != nil && !seen(*prev) {
+			unseen.Add(1)
+		}
 		runtime.Gosched()
-		active[k].Add(-1)
-		calls.Add(1)
+		row := b.row("hot")
+		if err := write(row); err != nil {
+			return err
+		}
+		h.lastRow.Store(&row)
+		sections.Add(1)
+		return nil
 	}
 	errs := make(chan error, goroutines*rounds)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range goroutines {
+		l := b.l
+		if g%2 == 1 {
+			l = b.s.Peer
+		}
 		wg.Add(1)
 		b.wg.Add(1)
 		go func() {
@@ -599,17 +638,19 @@ func testTxMutualExclusion[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 			defer wg.Done()
 			<-start
 			for r := range rounds {
-				k := (g + r) % keys
+				h := &hots[(g+r)%keys]
 				var err error
 				if r%2 == 0 {
-					err = b.l.Serialize(b.ctx, ks[k], func(ctx context.Context, tx Tx) error {
-						critical(ctx, k)
-						return nil
+					err = l.Serialize(b.ctx, h.key, func(ctx context.Context, tx Tx) error {
+						seen := func(row string) bool {
+							ok, err := b.s.Seen(ctx, tx, row)
+							return err == nil && ok
+						}
+						return critical(ctx, h, seen, func(row string) error { return b.s.Write(ctx, tx, row) })
 					})
 				} else {
-					err = b.l.Exclusive(b.ctx, ks[k], func(ctx context.Context, q Q) error {
-						critical(ctx, k)
-						return nil
+					err = l.Exclusive(b.ctx, h.key, func(ctx context.Context, q Q) error {
+						return critical(ctx, h, nil, func(row string) error { return b.s.WriteQ(ctx, q, row) })
 					})
 				}
 				if err != nil {
@@ -626,5 +667,9 @@ func testTxMutualExclusion[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	}
 	require.Zero(b.t, overlaps.Load(), "fns that ran while another held the key")
 	require.Zero(b.t, stale.Load(), "fns whose token was not greater than the key's previous one")
-	require.EqualValues(b.t, goroutines*rounds, calls.Load())
+	require.Zero(b.t, unseen.Load(), "Serialize fns that did not see the row of the key's previous fn")
+	require.EqualValues(b.t, goroutines*rounds, sections.Load())
+	for i := range hots {
+		require.True(b.t, b.committed(*hots[i].lastRow.Load()), "the last row of a hot key")
+	}
 }

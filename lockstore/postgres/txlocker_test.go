@@ -13,7 +13,8 @@ import (
 )
 
 // TestTxLockerConformance runs the lockstore.TxLocker suite on stores of
-// one database, each with a pool of its own. A held xact lock ends with
+// one database, each with a pool of its own, and a peer store as another
+// node. A held xact lock ends with
 // its session: EndLock terminates the transaction's backend.
 func TestTxLockerConformance(t *testing.T) {
 	t.Parallel()
@@ -40,6 +41,7 @@ func TestTxLockerConformance(t *testing.T) {
 		s := serialStore(t, pool)
 		return lockstoretest.TxStore[pgx.Tx, *pgx.Conn]{
 			Locker:    s,
+			Peer:      serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "txconformance-peer"})),
 			Close:     s.Close,
 			Write:     func(ctx context.Context, tx pgx.Tx, name string) error { return write(ctx, tx, name) },
 			WriteQ:    func(ctx context.Context, conn *pgx.Conn, name string) error { return write(ctx, conn, name) },

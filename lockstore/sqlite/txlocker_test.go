@@ -13,7 +13,7 @@ import (
 
 // TestTxLockerConformance runs the lockstore.TxLocker suite on a store of
 // a fresh database file per subtest. The store ends a held lock with
-// Reset.
+// Reset. A database file has one store (see New), which is its own Peer.
 func TestTxLockerConformance(t *testing.T) {
 	t.Parallel()
 	lockstoretest.RunTx(t, func(t *testing.T) lockstoretest.TxStore[*sql.Tx, sqlite.Querier] {
@@ -32,6 +32,7 @@ func TestTxLockerConformance(t *testing.T) {
 		}
 		return lockstoretest.TxStore[*sql.Tx, sqlite.Querier]{
 			Locker:    s,
+			Peer:      s, // one store per database file
 			Close:     s.Close,
 			Write:     func(ctx context.Context, tx *sql.Tx, name string) error { return write(ctx, tx, name) },
 			WriteQ:    write,
