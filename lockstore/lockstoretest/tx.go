@@ -624,43 +624,32 @@ func testTxMutualExclusion[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 		return nil
 	}
 	errs := make(chan error, goroutines*rounds)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range goroutines {
+	<-goTogether(&b.wg, goroutines, func(g int) {
 		l := b.l
 		if g%2 == 1 {
 			l = b.s.Peer
 		}
-		wg.Add(1)
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer wg.Done()
-			<-start
-			for r := range rounds {
-				h := &hots[(g+r)%keys]
-				var err error
-				if r%2 == 0 {
-					err = l.Serialize(b.ctx, h.key, func(ctx context.Context, tx Tx) error {
-						seen := func(row string) bool {
-							ok, err := b.s.Seen(ctx, tx, row)
-							return err == nil && ok
-						}
-						return critical(ctx, h, seen, func(row string) error { return b.s.Write(ctx, tx, row) })
-					})
-				} else {
-					err = l.Exclusive(b.ctx, h.key, func(ctx context.Context, q Q) error {
-						return critical(ctx, h, nil, func(row string) error { return b.s.WriteQ(ctx, q, row) })
-					})
-				}
-				if err != nil {
-					errs <- err
-				}
+		for r := range rounds {
+			h := &hots[(g+r)%keys]
+			var err error
+			if r%2 == 0 {
+				err = l.Serialize(b.ctx, h.key, func(ctx context.Context, tx Tx) error {
+					seen := func(row string) bool {
+						ok, err := b.s.Seen(ctx, tx, row)
+						return err == nil && ok
+					}
+					return critical(ctx, h, seen, func(row string) error { return b.s.Write(ctx, tx, row) })
+				})
+			} else {
+				err = l.Exclusive(b.ctx, h.key, func(ctx context.Context, q Q) error {
+					return critical(ctx, h, nil, func(row string) error { return b.s.WriteQ(ctx, q, row) })
+				})
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+			if err != nil {
+				errs <- err
+			}
+		}
+	})
 	close(errs)
 	for err := range errs {
 		require.NoError(b.t, err)

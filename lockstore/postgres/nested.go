@@ -18,44 +18,43 @@ import (
 // savepoint unless the transaction, or an enclosing Exclusive, holds it
 // already), with key's token and effects of its own.
 func nestedSerialize[T any](ctx context.Context, s *Store, sc *txScope, key lockstore.Key, id LockID, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
-	if sc.tx == nil {
+	if sc.Tx == nil {
 		var zero T
 		return zero, fmt.Errorf("postgres: Serialize %q: WithTx was given a nil transaction", key)
 	}
-	return txnest.Run(ctx, "postgres: Serialize", key, sc.tx, &nestedCall{s: s, sc: sc, key: key, id: id}, fn)
+	return txnest.Run(ctx, txnest.Nested[pgx.Tx, LockID]{
+		Op: "postgres: Serialize", Key: key, Tx: sc.Tx, Held: &sc.Held, ID: id,
+		Enclosing: func() (int64, bool) {
+			// An enclosing Exclusive's session holds id, maybe on another
+			// connection than the transaction's: the call chain has the
+			// key already, and waiting for it from this transaction would
+			// wait for that call for ever.
+			if xs := exclusiveHolding(ctx, s, id); xs != nil {
+				return xs.token, true
+			}
+			return 0, false
+		},
+		Savepoint: &savepoint{s: s, tx: sc.Tx, key: key, id: id},
+	}, fn)
 }
 
-// nestedCall is one nested Serialize's savepoint (txnest.Savepoint).
-type nestedCall struct {
-	s    *Store
-	sc   *txScope
-	key  lockstore.Key
-	id   LockID
-	mark int // the scope's locks when the savepoint opened (txnest.Held.Mark)
+// savepoint is a nested Serialize's savepoint (txnest.Savepoint).
+type savepoint struct {
+	s   *Store
+	tx  pgx.Tx
+	key lockstore.Key
+	id  LockID
 }
 
-// Enter opens the savepoint, takes id's lock in it unless the transaction
-// or an enclosing Exclusive of s holds it, and returns key's token.
-//
-// A key the transaction holds costs one round trip (the savepoint); a new
-// one costs one too (savepoint, lock and token in one message).
-func (n *nestedCall) Enter(ctx context.Context) (int64, error) {
-	sc := n.sc
-	n.mark = sc.held.Mark()
-	token, held := sc.held.Token(n.id)
-	if !held {
-		// An enclosing Exclusive's session holds id, maybe on another
-		// connection than the transaction's: the call chain has the key
-		// already, and waiting for it from this transaction would wait for
-		// that call for ever.
-		if xs := exclusiveHolding(ctx, n.s, n.id); xs != nil {
-			token, held = xs.token, true
-		}
-	}
+// Open opens the savepoint and, unless held, takes id's lock in it and
+// draws a token. A key the transaction holds costs one round trip (the
+// savepoint); a new one costs one too (savepoint, lock and token in one
+// message).
+func (n *savepoint) Open(ctx context.Context, token int64, held bool) (int64, error) {
 	if !held {
 		return n.lock(ctx)
 	}
-	if _, err := sc.tx.Exec(ctx, txnest.SavepointSQL); err != nil {
+	if _, err := n.tx.Exec(ctx, txnest.SavepointSQL); err != nil {
 		return 0, fmt.Errorf("postgres: Serialize %q: savepoint: %w", n.key, err)
 	}
 	return token, nil
@@ -65,9 +64,9 @@ func (n *nestedCall) Enter(ctx context.Context) (int64, error) {
 // the token comes back NULL (the epoch is not live, see epoch.go), it bumps
 // the epoch on a connection of its own (the transaction's is inside a
 // transaction) and draws again.
-func (n *nestedCall) lock(ctx context.Context) (int64, error) {
-	s, sc := n.s, n.sc
-	conn := sc.tx.Conn()
+func (n *savepoint) lock(ctx context.Context) (int64, error) {
+	s := n.s
+	conn := n.tx.Conn()
 	q := s.serialSQL()
 	timeout, bounded := lockTimeout(ctx)
 	results, err := conn.PgConn().Exec(ctx, nestedLockSQL(q, n.id, timeout, bounded)).ReadAll()
@@ -89,7 +88,7 @@ func (n *nestedCall) lock(ctx context.Context) (int64, error) {
 	if token == nil {
 		err = s.bumpEpochAside(ctx)
 		if err == nil {
-			err = sc.tx.QueryRow(ctx, q.token).Scan(&token)
+			err = n.tx.QueryRow(ctx, q.token).Scan(&token)
 		}
 		if err == nil && token == nil {
 			err = fmt.Errorf("%w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
@@ -101,7 +100,6 @@ func (n *nestedCall) lock(ctx context.Context) (int64, error) {
 			return 0, fmt.Errorf("postgres: Serialize %q: draw a token: %w", n.key, err)
 		}
 	}
-	sc.held.Took(n.id, *token)
 	return *token, nil
 }
 
@@ -150,20 +148,19 @@ func (s *Store) bumpEpochAside(ctx context.Context) error {
 }
 
 // Release releases the savepoint once fn has succeeded.
-func (n *nestedCall) Release() error {
+func (n *savepoint) Release() error {
 	ctx, cancel := n.s.cleanupContext()
 	defer cancel()
-	_, err := n.sc.tx.Exec(ctx, txnest.ReleaseSQL)
+	_, err := n.tx.Exec(ctx, txnest.ReleaseSQL)
 	return err
 }
 
 // Rollback undoes everything since the savepoint, and ends it. The xact
 // locks taken inside it are freed with it (this call's, and those nested
-// calls released into it), so the transaction forgets them all.
-func (n *nestedCall) Rollback() error {
-	n.sc.held.ForgetSince(n.mark)
+// calls released into it), which txnest.Run forgets.
+func (n *savepoint) Rollback() error {
 	ctx, cancel := n.s.cleanupContext()
 	defer cancel()
-	_, err := n.sc.tx.Exec(ctx, rollbackSavepointSQL)
+	_, err := n.tx.Exec(ctx, rollbackSavepointSQL)
 	return err
 }

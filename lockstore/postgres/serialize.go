@@ -144,17 +144,7 @@ func serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err != nil {
 		return zero, err
 	}
-	// On a panic in fn, end rolls back and releases before the panic goes
-	// on; after commit or rollback it does nothing.
-	defer st.end()
-	v, err := fn(fctx, st.tx)
-	if err != nil {
-		return zero, st.rollback(err)
-	}
-	if err := st.commit(ctx); err != nil {
-		return zero, err
-	}
-	return v, nil
+	return txnest.RunOutermost(ctx, fctx, st, st.tx, fn)
 }
 
 // precheck validates the arguments of Serialize and Exclusive and returns
@@ -249,9 +239,9 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 	fctx, effects := lockstore.NewEffects(c.ctx)
 	st.effects = effects
 	fctx = lockstore.ContextWithToken(fctx, token)
-	sc := &txScope{store: s, tx: st.tx}
-	sc.held.Init(id, token)
-	fctx = withTxScope(fctx, sc)
+	sc := &txScope{Store: s, Tx: st.tx}
+	sc.Held.Init(id, token)
+	fctx = txnest.WithScope(fctx, sc)
 	return st, fctx, nil
 }
 
@@ -329,15 +319,15 @@ func (s *Store) statementBound(ctx context.Context) (context.Context, context.Ca
 // waits for the server's answer (see statementBound).
 const statementBoundMargin = time.Second
 
-// commit commits, releases the connection and the node-local mutex, then
+// Commit commits, releases the connection and the node-local mutex, then
 // runs the effects. When ctx is already done, or the call was stopped
 // (Close), it rolls back instead.
-func (st *serialTxn) commit(ctx context.Context) error {
+func (st *serialTxn) Commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
+		return st.Rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
 	}
 	if err := st.call.reason(); err != nil {
-		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
+		return st.Rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
 	}
 	cctx, cancel := st.s.statementBound(ctx)
 	err := st.tx.Commit(cctx)
@@ -358,9 +348,9 @@ func (st *serialTxn) commit(ctx context.Context) error {
 	return nil
 }
 
-// rollback rolls back after fnErr, releases, and returns fnErr joined with
+// Rollback rolls back after fnErr, releases, and returns fnErr joined with
 // the rollback's error, if any.
-func (st *serialTxn) rollback(fnErr error) error {
+func (st *serialTxn) Rollback(fnErr error) error {
 	err := st.rollbackAndRelease()
 	if err != nil {
 		return errors.Join(fnErr, fmt.Errorf("postgres: Serialize %q: rollback: %w", st.key, err))
@@ -368,10 +358,10 @@ func (st *serialTxn) rollback(fnErr error) error {
 	return fnErr
 }
 
-// end rolls back and releases unless commit or rollback did already, and
+// End rolls back and releases unless commit or rollback did already, and
 // ends the call: fn's ctx is cancelled once Serialize returns (after the
 // effects ran).
-func (st *serialTxn) end() {
+func (st *serialTxn) End() {
 	if !st.ended {
 		_ = st.rollbackAndRelease()
 	}

@@ -11,32 +11,14 @@ import (
 )
 
 // txScope is the open transaction a ctx carries: one opened by Serialize
-// (store is that Store) or the caller's own, attached with WithTx (store is
-// nil: every Store uses it).
-type txScope struct {
-	store *Store
-	tx    pgx.Tx
+// (Store is that Store) or the caller's own, attached with WithTx (Store is
+// nil: every Store uses it). Held is the locks it holds, by lock id.
+type txScope = txnest.Scope[*Store, pgx.Tx, LockID]
 
-	// held is the locks tx holds, and their tokens: the outermost
-	// Serialize's, and those nested calls took.
-	held txnest.Held[LockID]
-}
-
-type txScopeKey struct{}
-
-// txScopeFor returns the transaction ctx carries that s must run in, or nil.
-// A transaction Serialize opened on another Store is not s's: it may be on
-// another database, and taking s's locks there would protect nothing.
+// txScopeFor returns the transaction ctx carries that s must run in, or nil
+// (txnest.ScopeFor).
 func txScopeFor(ctx context.Context, s *Store) *txScope {
-	sc, _ := ctx.Value(txScopeKey{}).(*txScope)
-	if sc == nil || (sc.store != nil && sc.store != s) {
-		return nil
-	}
-	return sc
-}
-
-func withTxScope(ctx context.Context, sc *txScope) context.Context {
-	return context.WithValue(ctx, txScopeKey{}, sc)
+	return txnest.ScopeFor[*Store, pgx.Tx, LockID](ctx, s)
 }
 
 // WithTx returns a ctx that carries tx, a transaction the caller opened and
@@ -71,7 +53,7 @@ func withTxScope(ctx context.Context, sc *txScope) context.Context {
 //	effects.Run()
 func WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects) {
 	ctx, effects := lockstore.NewEffects(ctx)
-	return withTxScope(ctx, &txScope{tx: tx}), effects
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
 }
 
 // exclusiveScope is the session lock an Exclusive call holds, carried by

@@ -25,28 +25,15 @@ var (
 )
 
 // txScope is the open transaction a ctx carries: one opened by Serialize
-// (store is that Store) or the caller's own, attached with WithTx (store is
-// nil: every Store uses it).
-type txScope struct {
-	store *Store
-	tx    *sql.Tx
-
-	// held is the keys tx has tokens for: the outermost Serialize's, and
-	// those nested calls drew.
-	held txnest.Held[lockstore.Key]
-}
-
-type txScopeKey struct{}
+// (Store is that Store) or the caller's own, attached with WithTx (Store is
+// nil: every Store uses it). Held is the keys it has tokens for.
+type txScope = txnest.Scope[*Store, *sql.Tx, lockstore.Key]
 
 // txScopeFor returns the transaction ctx carries that s must run in, or
-// nil. A transaction Serialize opened on another Store is on another
-// database file, so s does not join it.
+// nil (txnest.ScopeFor): a transaction Serialize opened on another Store
+// is on another database file, so s does not join it.
 func txScopeFor(ctx context.Context, s *Store) *txScope {
-	sc, _ := ctx.Value(txScopeKey{}).(*txScope)
-	if sc == nil || (sc.store != nil && sc.store != s) {
-		return nil
-	}
-	return sc
+	return txnest.ScopeFor[*Store, *sql.Tx, lockstore.Key](ctx, s)
 }
 
 // exclusiveScope is one call of Exclusive, carried by the ctx its fn gets,
@@ -107,7 +94,7 @@ func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key, token 
 //	effects.Run()
 func WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
 	ctx, effects := lockstore.NewEffects(ctx)
-	return context.WithValue(ctx, txScopeKey{}, &txScope{tx: tx}), effects
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
 }
 
 // Store is the lockstore.TxLocker of SQLite: Serialize's transactions are

@@ -10,6 +10,7 @@
 //
 // The backends give Run their Savepoint: how to open one (taking the lock
 // when their database needs it), release it and roll back to it.
+// RunOutermost is the outermost call's part, which Outermost ends.
 package txnest
 
 import (
@@ -35,31 +36,64 @@ const (
 
 // Savepoint is a backend's part of one nested call.
 type Savepoint interface {
-	// Enter opens the savepoint (and takes the key's lock in it, when the
-	// transaction does not hold it yet) and returns the key's token in the
-	// transaction. On error nothing is left open.
-	Enter(ctx context.Context) (token int64, err error)
+	// Open opens the savepoint and returns the key's token: token itself
+	// when held (the transaction, or an enclosing call, holds the key);
+	// else it takes the key's lock in the savepoint when the database
+	// needs one, and draws a new token. On error nothing is left open.
+	Open(ctx context.Context, token int64, held bool) (int64, error)
 	// Release releases the savepoint once fn has succeeded.
 	Release() error
-	// Rollback undoes everything since the savepoint, ends it, and forgets
-	// the keys taken inside it (Held.ForgetSince). It must work after ctx
-	// is done.
+	// Rollback undoes everything since the savepoint and ends it. It must
+	// work after ctx is done.
 	Rollback() error
 }
 
-// Run is one nested call: it enters sp, runs fn on tx with the key's token
-// and a nested effects scope, and releases sp when fn succeeds. When fn
-// returns an error, it rolls back to sp and returns fn's error as is,
-// joined with the rollback's error if that failed too; when fn panics, it
-// rolls back before the panic goes on; when the release fails (fn left the
-// transaction aborted), it rolls back and returns the release's error.
-// op ("postgres: Serialize") and key name the call in errors. On any error
-// the result is T's zero value.
-func Run[T, Tx any](ctx context.Context, op string, key lockstore.Key, tx Tx, sp Savepoint, fn func(ctx context.Context, tx Tx) (T, error)) (T, error) {
+// Nested is one nested call, for Run.
+type Nested[Tx any, K comparable] struct {
+	// Op ("postgres: Serialize") and Key name the call in errors.
+	Op  string
+	Key lockstore.Key
+	// Tx is the open transaction, Held what it holds, and ID the key's
+	// lock identity in Held.
+	Tx   Tx
+	Held *Held[K]
+	ID   K
+	// Enclosing reports the token of an enclosing call that holds ID
+	// outside the transaction (Exclusive's), when Held does not hold it.
+	Enclosing func() (token int64, ok bool)
+	// Savepoint is the backend's part.
+	Savepoint Savepoint
+}
+
+// Run runs fn in a savepoint of n.Tx: it finds the key's token (Held,
+// else Enclosing) and opens the savepoint (which takes a new key and
+// draws its token), runs fn with the token and a nested effects scope,
+// and releases the savepoint when fn succeeds. When fn returns an error,
+// it rolls back to the savepoint and returns fn's error as is, joined with
+// the rollback's error if that failed too; when fn panics, it rolls back
+// before the panic goes on; when the release fails (fn left the
+// transaction aborted), it rolls back and returns the release's error. A
+// rollback forgets the keys taken inside the savepoint. On any error the
+// result is T's zero value.
+func Run[T, Tx any, K comparable](ctx context.Context, n Nested[Tx, K], fn func(ctx context.Context, tx Tx) (T, error)) (T, error) {
 	var zero T
-	token, err := sp.Enter(ctx)
+	sp := n.Savepoint
+	mark := n.Held.Mark()
+	token, held := n.Held.Token(n.ID)
+	if !held {
+		token, held = n.Enclosing()
+	}
+	token, err := sp.Open(ctx, token, held)
 	if err != nil {
+		n.Held.ForgetSince(mark)
 		return zero, err
+	}
+	if !held {
+		n.Held.Took(n.ID, token)
+	}
+	rollback := func() error {
+		n.Held.ForgetSince(mark)
+		return sp.Rollback()
 	}
 	fctx, effects := lockstore.NestEffects(ctx)
 	fctx = lockstore.ContextWithToken(fctx, token)
@@ -67,20 +101,20 @@ func Run[T, Tx any](ctx context.Context, op string, key lockstore.Key, tx Tx, sp
 	defer func() {
 		// fn panicked: roll back before the panic goes on.
 		if !ended {
-			_ = sp.Rollback()
+			_ = rollback()
 		}
 	}()
-	v, err := fn(fctx, tx)
+	v, err := fn(fctx, n.Tx)
 	ended = true
 	if err != nil {
-		if rbErr := sp.Rollback(); rbErr != nil {
-			return zero, errors.Join(err, fmt.Errorf("%s %q: rollback to savepoint: %w", op, key, rbErr))
+		if rbErr := rollback(); rbErr != nil {
+			return zero, errors.Join(err, fmt.Errorf("%s %q: rollback to savepoint: %w", n.Op, n.Key, rbErr))
 		}
 		return zero, err
 	}
 	if err := sp.Release(); err != nil {
-		err = fmt.Errorf("%s %q: release the savepoint: %w", op, key, err)
-		if rbErr := sp.Rollback(); rbErr != nil {
+		err = fmt.Errorf("%s %q: release the savepoint: %w", n.Op, n.Key, err)
+		if rbErr := rollback(); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
 		}
 		return zero, err
@@ -164,4 +198,69 @@ func Unit[A any](fn func(ctx context.Context, a A) error) func(ctx context.Conte
 		return nil
 	}
 	return func(ctx context.Context, a A) (struct{}, error) { return struct{}{}, fn(ctx, a) }
+}
+
+// Scope is the open transaction a ctx carries, which Serialize and
+// Exclusive of a store S join: one that a Serialize of Store opened, or
+// the caller's own attached with WithTx (Store is S's zero value: every
+// store of S joins it). K is the backend's lock identity.
+type Scope[S comparable, Tx any, K comparable] struct {
+	Store S
+	Tx    Tx
+	// Held is the keys Tx holds, and their tokens: the outermost
+	// Serialize's (Held.Init), and those nested calls took.
+	Held Held[K]
+}
+
+// scopeKey is the ctx key of the Scopes of stores S.
+type scopeKey[S comparable] struct{}
+
+// WithScope returns a ctx carrying sc.
+func WithScope[S comparable, Tx any, K comparable](ctx context.Context, sc *Scope[S, Tx, K]) context.Context {
+	return context.WithValue(ctx, scopeKey[S]{}, sc)
+}
+
+// ScopeFor returns the transaction ctx carries that s must run in, or nil.
+// A transaction a Serialize opened on another store is not s's: it may be
+// on another database, and taking s's locks there would protect nothing.
+func ScopeFor[S comparable, Tx any, K comparable](ctx context.Context, s S) *Scope[S, Tx, K] {
+	sc, _ := ctx.Value(scopeKey[S]{}).(*Scope[S, Tx, K])
+	var none S
+	if sc == nil || (sc.Store != none && sc.Store != s) {
+		return nil
+	}
+	return sc
+}
+
+// Outermost is a backend's outermost Serialize transaction, begun and
+// holding its key's lock: what RunOutermost ends.
+type Outermost interface {
+	// Commit commits (or rolls back, when the call must not commit: ctx
+	// done, the lock lost), releases the lock, then runs the effects.
+	Commit(ctx context.Context) error
+	// Rollback rolls back because of cause, releases the lock, and returns
+	// cause joined with the rollback's error, if any.
+	Rollback(cause error) error
+	// End rolls back and releases unless Commit or Rollback did (fn
+	// panicked), and ends the call.
+	End()
+}
+
+// RunOutermost runs fn on tx with fctx (the ctx the backend made for it:
+// token, effects, the transaction's Scope), then commits o when fn returns
+// nil and rolls it back when fn returns an error, which comes back as is
+// (joined with the rollback's error, if any) or panics, before the panic
+// goes on. ctx is the caller's, which Commit checks. On any error the
+// result is T's zero value.
+func RunOutermost[T, Tx any](ctx, fctx context.Context, o Outermost, tx Tx, fn func(ctx context.Context, tx Tx) (T, error)) (T, error) {
+	var zero T
+	defer o.End()
+	v, err := fn(fctx, tx)
+	if err != nil {
+		return zero, o.Rollback(err)
+	}
+	if err := o.Commit(ctx); err != nil {
+		return zero, err
+	}
+	return v, nil
 }
