@@ -397,19 +397,39 @@ func TestSerializeLockTimeout(t *testing.T) {
 	}
 	before := pidOf()
 
+	// Serialize and Exclusive wait on the server alike; fn never runs.
+	ran := false
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Serialize", func(ctx context.Context) error {
+			return s.Serialize(ctx, key, func(context.Context, pgx.Tx) error { ran = true; return nil })
+		}},
+		{"Exclusive", func(ctx context.Context) error {
+			return s.Exclusive(ctx, key, func(context.Context, *pgx.Conn) error { ran = true; return nil })
+		}},
+	}
+
 	t.Run("deadline becomes lock_timeout", func(t *testing.T) {
-		const budget = time.Second
-		dctx, cancel := context.WithTimeout(ctx, budget)
-		defer cancel()
-		start := time.Now()
-		_, err := Serialize(dctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
-		elapsed := time.Since(start)
-		require.ErrorIs(t, err, lockstore.ErrTimeout)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NoError(t, dctx.Err(), "the server should answer before the deadline (after %v)", elapsed)
-		// The connection stayed usable: the pool still has the same one.
-		require.Equal(t, before, pidOf())
-		require.Equal(t, int32(1), pool.Stat().TotalConns())
+		for _, c := range calls {
+			const budget = time.Second
+			dctx, cancel := context.WithTimeout(ctx, budget)
+			start := time.Now()
+			err := c.call(dctx)
+			elapsed := time.Since(start)
+			require.ErrorIs(t, err, lockstore.ErrTimeout, c.name)
+			require.ErrorIs(t, err, context.DeadlineExceeded, c.name)
+			require.NoError(t, dctx.Err(), "%s: the server should answer before the deadline (after %v)", c.name, elapsed)
+			cancel()
+			if c.name == "Serialize" {
+				// The connection stayed usable: the pool still has the
+				// same one (Exclusive's never goes back to the pool).
+				require.Equal(t, before, pidOf())
+				require.Equal(t, int32(1), pool.Stat().TotalConns())
+			}
+		}
+		require.False(t, ran)
 	})
 
 	t.Run("the server's own lock_timeout", func(t *testing.T) {
@@ -425,19 +445,23 @@ func TestSerializeLockTimeout(t *testing.T) {
 	})
 
 	t.Run("a cancelled wait on the server", func(t *testing.T) {
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			_, err := Serialize(cctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
-			done <- err
-		}()
-		waitFor(t, "the caller waits on the server", func() bool {
-			_, waiting := serialLockCount(ctx, t, holder, id)
-			return waiting == 1
-		})
-		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
-		require.Zero(t, serialQueued(s, id))
+		for _, c := range calls {
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.call(cctx) }()
+			waitFor(t, c.name+" waits on the server", func() bool {
+				_, waiting := serialLockCount(ctx, t, holder, id)
+				return waiting == 1
+			})
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled, c.name)
+			waitFor(t, "the cancelled wait leaves the server", func() bool {
+				_, waiting := serialLockCount(ctx, t, holder, id)
+				return waiting == 0
+			})
+			require.Zero(t, serialQueued(s, id))
+		}
+		require.False(t, ran)
 	})
 
 	t.Run("a cancelled wait on the node-local queue", func(t *testing.T) {

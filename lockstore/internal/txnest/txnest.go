@@ -127,14 +127,19 @@ func Run[T, Tx any, K comparable](ctx context.Context, n Nested[Tx, K], fn func(
 // lock identity) whose lock and token it has, in the order taken. The zero
 // value holds nothing; it is safe for concurrent use.
 type Held[K comparable] struct {
-	// first is the outermost call's key, kept apart from the map so that a
-	// transaction without nested calls allocates none. It is never
-	// forgotten: no savepoint encloses it.
+	// first is the outermost call's key, kept apart so that a transaction
+	// without nested calls allocates nothing more. It is never forgotten:
+	// no savepoint encloses it.
 	first      K
 	firstToken int64
 	hasFirst   bool
 
 	mu     sync.Mutex
+	nested *heldNested[K] // nil until a nested call takes a key
+}
+
+// heldNested is the keys nested calls took.
+type heldNested[K comparable] struct {
 	tokens map[K]int64
 	order  []K // tokens' keys in the order taken (see Mark)
 }
@@ -152,7 +157,10 @@ func (h *Held[K]) Token(k K) (int64, bool) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t, ok := h.tokens[k]
+	if h.nested == nil {
+		return 0, false
+	}
+	t, ok := h.nested.tokens[k]
 	return t, ok
 }
 
@@ -160,13 +168,13 @@ func (h *Held[K]) Token(k K) (int64, bool) {
 func (h *Held[K]) Took(k K, token int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.tokens == nil {
-		h.tokens = make(map[K]int64)
+	if h.nested == nil {
+		h.nested = &heldNested[K]{tokens: make(map[K]int64)}
 	}
-	if _, ok := h.tokens[k]; !ok {
-		h.order = append(h.order, k)
+	if _, ok := h.nested.tokens[k]; !ok {
+		h.nested.order = append(h.nested.order, k)
 	}
-	h.tokens[k] = token
+	h.nested.tokens[k] = token
 }
 
 // Mark returns the point to forget back to (ForgetSince) when a savepoint
@@ -174,7 +182,10 @@ func (h *Held[K]) Took(k K, token int64) {
 func (h *Held[K]) Mark() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.order)
+	if h.nested == nil {
+		return 0
+	}
+	return len(h.nested.order)
 }
 
 // ForgetSince forgets the keys taken since mark: the savepoint opened at
@@ -183,10 +194,13 @@ func (h *Held[K]) Mark() int {
 func (h *Held[K]) ForgetSince(mark int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, k := range h.order[mark:] {
-		delete(h.tokens, k)
+	if h.nested == nil {
+		return
 	}
-	h.order = h.order[:mark]
+	for _, k := range h.nested.order[mark:] {
+		delete(h.nested.tokens, k)
+	}
+	h.nested.order = h.nested.order[:mark]
 }
 
 // Unit adapts fn, which returns only an error, to the generic free
