@@ -38,60 +38,6 @@ func holdSlow(release <-chan struct{}, held chan<- int, ended chan<- error) midd
 	}
 }
 
-// A Dispatch whose ctx ran out before the command's handler started: the
-// handler does not start (the sender has given up on the outcome), in
-// every mode, since the deadline travels with the command. The hooks' own
-// waits end at it too.
-func TestDispatchDeadlineSkipsHandler(t *testing.T) {
-	t.Parallel()
-	inEachMode(t, func(t *testing.T, cfg bus.Config) {
-		release, held, ended := make(chan struct{}), make(chan int, 1), make(chan error, 1)
-		var waited context.Context
-		cfg.Middleware = []middleware.Middleware{
-			middleware.Hooks{Before: func(ctx context.Context, _ *middleware.Pipeline) { waited = ctx }},
-			holdSlow(release, held, ended),
-		}
-		var handled []int
-		b := startBus(t, cfg, func(b *bus.Bus) {
-			require.NoError(t, bus.Handle(b, func(_ context.Context, c *Slow) (int, error) {
-				handled = append(handled, c.ID)
-				return c.ID, nil
-			}))
-		})
-		defer close(release)
-
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel()
-		_, err := bus.Dispatch[int](ctx, b, &Slow{ID: 1})
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		<-held
-		release <- struct{}{}
-		require.ErrorIs(t, <-ended, context.DeadlineExceeded, "the handler was skipped")
-		require.Empty(t, handled)
-		d, ok := waited.Deadline()
-		require.True(t, ok, "the hooks' context ends at the sender's deadline")
-		want, _ := ctx.Deadline()
-		require.WithinDuration(t, want, d, time.Millisecond)
-
-		// A command whose handler started before the deadline runs to its
-		// end; without a deadline nothing changes.
-		type outcome struct {
-			n   int
-			err error
-		}
-		out := make(chan outcome, 1)
-		go func() {
-			n, err := bus.Dispatch[int](context.Background(), b, &Slow{ID: 2})
-			out <- outcome{n, err}
-		}()
-		<-held
-		release <- struct{}{}
-		require.NoError(t, <-ended)
-		require.Equal(t, outcome{2, nil}, <-out)
-		require.Equal(t, []int{2}, handled)
-	})
-}
-
 // In process, a Dispatch whose caller went away (ctx cancelled, no
 // deadline) before the handler started does not start it either.
 func TestDispatchCancelSkipsHandlerInProcess(t *testing.T) {
@@ -118,31 +64,6 @@ func TestDispatchCancelSkipsHandlerInProcess(t *testing.T) {
 	release <- struct{}{}
 	require.ErrorIs(t, <-ended, context.Canceled, "the handler was skipped")
 	require.Zero(t, handled)
-}
-
-// Send is fire-and-forget: its ctx ending does not stop the command.
-func TestSendOutlivesItsContext(t *testing.T) {
-	t.Parallel()
-	inEachMode(t, func(t *testing.T, cfg bus.Config) {
-		release, held, ended := make(chan struct{}), make(chan int, 1), make(chan error, 1)
-		cfg.Middleware = []middleware.Middleware{holdSlow(release, held, ended)}
-		handled := make(chan int, 1)
-		b := startBus(t, cfg, func(b *bus.Bus) {
-			require.NoError(t, bus.Handle(b, func(_ context.Context, c *Slow) (int, error) {
-				handled <- c.ID
-				return c.ID, nil
-			}))
-		})
-		defer close(release)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		require.NoError(t, b.Send(ctx, &Slow{ID: 3}))
-		<-held
-		<-ctx.Done()
-		cancel()
-		release <- struct{}{}
-		require.NoError(t, <-ended)
-		require.Equal(t, 3, <-handled)
-	})
 }
 
 // slowPublisher is a Publisher whose Publish waits until the message's

@@ -25,7 +25,7 @@ import (
 func TestPublishUnavailable(t *testing.T) {
 	t.Parallel()
 	cluster := pgtest.NewCluster(t)
-	n := newNode(t, cluster.DSN(), "solo", sqltransport.Config{}, bus.Config{}, registerRoundTrip(t))
+	n := newNode(t, cluster.DSN(), "solo", sqltransport.Config{}, bus.Config{}, registerEcho(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	got, err := bus.Dispatch[string](ctx, n.bus, &Echo{Text: "before"})
@@ -57,17 +57,6 @@ func TestPublishUnavailable(t *testing.T) {
 	}, "a round trip once the database is back")
 }
 
-// unwrapAll returns what err wraps, one level down.
-func unwrapAll(err error) []error {
-	if u, ok := err.(interface{ Unwrap() []error }); ok {
-		return u.Unwrap()
-	}
-	if e := errors.Unwrap(err); e != nil {
-		return []error{e}
-	}
-	return nil
-}
-
 // Hold blocks its handler until the test releases it.
 type Hold struct{ N int }
 
@@ -88,7 +77,7 @@ func TestDispatchFailsWhenTheDatabaseCrashes(t *testing.T) {
 			defer releaseOnce.Do(func() { close(release) })
 			started := make(chan struct{}, 1)
 			n := newNode(t, cluster.DSN(), "solo", sqltransport.Config{DisableNotify: !notify}, bus.Config{}, func(b *bus.Bus) {
-				registerRoundTrip(t)(b)
+				registerEcho(t)(b)
 				require.NoError(t, bus.Handle(b, func(_ context.Context, c *Hold) (int, error) {
 					select {
 					case started <- struct{}{}:
@@ -141,7 +130,7 @@ func TestDispatchFailsWhenTheDatabaseCrashes(t *testing.T) {
 func TestPublishRecreatesAMissingTable(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
-	newNode(t, dsn, "node-b", sqltransport.Config{}, bus.Config{}, registerRoundTrip(t))
+	newNode(t, dsn, "node-b", sqltransport.Config{}, bus.Config{}, registerEcho(t))
 	a := newNode(t, dsn, "node-a", sqltransport.Config{}, bus.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
