@@ -33,6 +33,7 @@ var checks = []check{
 	{name: "ConcurrentCloseWaits", run: checkConcurrentClose},
 	{name: "Goexit", run: checkGoexit},
 	{name: "DeadlineSkipsHandler", run: checkDeadlineSkipsHandler},
+	{name: "CancelSkipsHandlerInProcess", run: checkCancelSkipsHandler},
 	{name: "SendOutlivesItsContext", run: checkSendOutlivesContext},
 	{name: "OnSend", run: checkOnSend},
 	{name: "HandledOnceAcrossNodes", needs: needMultiNode, run: checkHandledOnce},
@@ -96,7 +97,7 @@ func checkRoundTrip(e *env) {
 	t := e.t
 	h := e.node(bus.Config{Middleware: []middleware.Middleware{takenMiddleware}}, registerRoundTrip(t))
 	s := e.sender(h, bus.Config{})
-	ctx := context.Background()
+	ctx := e.ctx
 
 	res, err := bus.Dispatch[echoResult](ctx, s.bus, &echo{Text: "hello"})
 	require.NoError(t, err)
@@ -180,12 +181,12 @@ func checkConcurrent(e *env) {
 		wg.Go(func() {
 			for i := range 50 {
 				text := fmt.Sprintf("%d-%d", g, i)
-				res, err := bus.Dispatch[echoResult](context.Background(), s.bus, &echo{Text: text})
+				res, err := bus.Dispatch[echoResult](e.ctx, s.bus, &echo{Text: text})
 				if err != nil || res.Text != text {
 					t.Errorf("Dispatch(%s) = %q, %v", text, res.Text, err)
 					return
 				}
-				if _, err := bus.Dispatch[echoResult](context.Background(), s.bus, &taken{}); !errors.Is(err, middleware.ErrAlreadyTaken) {
+				if _, err := bus.Dispatch[echoResult](e.ctx, s.bus, &taken{}); !errors.Is(err, middleware.ErrAlreadyTaken) {
 					t.Errorf("Dispatch(taken) error = %v", err)
 					return
 				}
@@ -217,10 +218,10 @@ func checkSend(e *env) {
 		}))
 	})
 	s := e.sender(h, bus.Config{})
-	require.NoError(t, s.bus.Send(context.Background(), &echo{Text: "one"}))
-	require.NoError(t, s.bus.Send(context.Background(), &fail{}))
-	require.NoError(t, s.bus.Send(context.Background(), &taken{}))
-	require.NoError(t, s.bus.Send(context.Background(), &echo{Text: "two"}))
+	require.NoError(t, s.bus.Send(e.ctx, &echo{Text: "one"}))
+	require.NoError(t, s.bus.Send(e.ctx, &fail{}))
+	require.NoError(t, s.bus.Send(e.ctx, &taken{}))
+	require.NoError(t, s.bus.Send(e.ctx, &echo{Text: "two"}))
 	seen := map[string]bool{}
 	for range 3 {
 		select {
@@ -283,7 +284,7 @@ func checkTimeout(e *env) {
 	close(release)
 	require.Eventually(t, func() bool { return handled.Load() == 1 }, waitFor, time.Millisecond, "the blocked handler to finish")
 	e.requireAcked(s.bus.ReplyTopic())
-	got, err := bus.Dispatch[int](context.Background(), s.bus, &block{ID: 2})
+	got, err := bus.Dispatch[int](e.ctx, s.bus, &block{ID: 2})
 	require.NoError(t, err)
 	require.Equal(t, 2, got)
 	require.Zero(t, s.bus.Pending())
@@ -315,7 +316,7 @@ func checkHandlerErrorOnce(e *env) {
 		}))
 	})
 	s := e.sender(h, bus.Config{})
-	_, err := bus.Dispatch[int](context.Background(), s.bus, &fail{})
+	_, err := bus.Dispatch[int](e.ctx, s.bus, &fail{})
 	require.ErrorContains(t, err, "no")
 	h.requireAllAcked(t, 1)
 	e.requireAcked(bus.DefaultCommandTopic(h.bus.CommandName(&fail{})))
@@ -347,10 +348,10 @@ func checkUnknownAndPoison(e *env) {
 	if probe.Publisher == nil {
 		t.Log("bustest: in process: an unknown command is refused by the sender with bus.ErrNoHandler")
 		h := e.node(bus.Config{}, reg)
-		_, err := bus.Dispatch[struct{}](context.Background(), h.bus, &orphan{})
+		_, err := bus.Dispatch[struct{}](e.ctx, h.bus, &orphan{})
 		require.ErrorIs(t, err, bus.ErrNoHandler)
 		require.ErrorContains(t, err, "bustest.orphan")
-		require.ErrorIs(t, h.bus.Send(context.Background(), &orphan{}), bus.ErrNoHandler)
+		require.ErrorIs(t, h.bus.Send(e.ctx, &orphan{}), bus.ErrNoHandler)
 		return
 	}
 	h := e.node(bus.Config{CommandTopic: oneTopic, PoisonTopic: "poison"}, reg)
@@ -358,13 +359,13 @@ func checkUnknownAndPoison(e *env) {
 	require.NoError(t, err)
 	s := e.node(bus.Config{CommandTopic: oneTopic}, nil)
 
-	_, err = bus.Dispatch[struct{}](context.Background(), s.bus, &orphan{})
+	_, err = bus.Dispatch[struct{}](e.ctx, s.bus, &orphan{})
 	require.ErrorIs(t, err, middleware.ErrInvalid)
 	require.ErrorContains(t, err, `unknown command "bustest.orphan"`)
 
 	// Sent, nobody waits: poisoned. So are a message that is no command and
 	// one that cannot be decoded.
-	require.NoError(t, s.bus.Send(context.Background(), &orphan{}))
+	require.NoError(t, s.bus.Send(e.ctx, &orphan{}))
 	unknown := message.NewMessage(uuid.NewString(), []byte("{}"))
 	require.NoError(t, h.cfg.Publisher.Publish("command.all", unknown))
 	garbage := message.NewMessage(uuid.NewString(), []byte("not json"))
@@ -393,7 +394,7 @@ func checkUnknownAndPoison(e *env) {
 	e.requireAcked("command.all", "poison")
 
 	// The handler still works.
-	res, err := bus.Dispatch[echoResult](context.Background(), s.bus, &echo{Text: "ok"})
+	res, err := bus.Dispatch[echoResult](e.ctx, s.bus, &echo{Text: "ok"})
 	require.NoError(t, err)
 	require.Equal(t, "ok", res.Text)
 	require.EqualValues(t, 1, calls.Load())
@@ -429,7 +430,7 @@ func checkIDs(e *env) {
 	})
 
 	// Without ids in ctx, the parent starts its own correlation.
-	out, err := bus.Dispatch[string](context.Background(), h.bus, &parent{})
+	out, err := bus.Dispatch[string](e.ctx, h.bus, &parent{})
 	require.NoError(t, err)
 	p, c := get()
 	for _, id := range []string{p.id, c.id} {
@@ -476,25 +477,25 @@ func checkLifecycle(e *env) {
 	require.ErrorIs(t, bus.Handle(b, echoH), bus.ErrDuplicateHandler)
 	require.Error(t, bus.Handle[echo, string](b, nil))
 
-	_, err = bus.Dispatch[string](context.Background(), b, &echo{})
+	_, err = bus.Dispatch[string](e.ctx, b, &echo{})
 	require.ErrorIs(t, err, bus.ErrNotStarted)
-	require.ErrorIs(t, b.Send(context.Background(), &echo{}), bus.ErrNotStarted)
+	require.ErrorIs(t, b.Send(e.ctx, &echo{}), bus.ErrNotStarted)
 
 	require.NoError(t, b.Start(context.Background()))
 	require.ErrorIs(t, b.Start(context.Background()), bus.ErrStarted)
 	require.ErrorIs(t, bus.Handle(b, func(context.Context, *fail) (string, error) { return "", nil }), bus.ErrStarted)
-	_, err = bus.Dispatch[string](context.Background(), b, nil)
+	_, err = bus.Dispatch[string](e.ctx, b, nil)
 	require.ErrorIs(t, err, bus.ErrNilCommand)
 
-	got, err := bus.Dispatch[string](context.Background(), b, &echo{Text: "up"})
+	got, err := bus.Dispatch[string](e.ctx, b, &echo{Text: "up"})
 	require.NoError(t, err)
 	require.Equal(t, "up", got)
 
 	require.NoError(t, b.Close())
 	require.NoError(t, b.Close(), "Close is idempotent")
-	_, err = bus.Dispatch[string](context.Background(), b, &echo{})
+	_, err = bus.Dispatch[string](e.ctx, b, &echo{})
 	require.ErrorIs(t, err, bus.ErrClosed)
-	require.ErrorIs(t, b.Send(context.Background(), &echo{}), bus.ErrClosed)
+	require.ErrorIs(t, b.Send(e.ctx, &echo{}), bus.ErrClosed)
 	require.ErrorIs(t, b.Start(context.Background()), bus.ErrClosed)
 	require.Zero(t, b.Pending())
 }
@@ -511,7 +512,7 @@ func checkCloseFailsPending(e *env) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := bus.Dispatch[struct{}](context.Background(), n.bus, &orphan{})
+		_, err := bus.Dispatch[struct{}](e.ctx, n.bus, &orphan{})
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return n.bus.Pending() == 1 }, waitFor, time.Millisecond, "the dispatch to wait")
@@ -544,7 +545,7 @@ func checkCloseWaitsThenCancels(e *env) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		_, err := bus.Dispatch[int](context.Background(), n.bus, &block{})
+		_, err := bus.Dispatch[int](e.ctx, n.bus, &block{})
 		done <- err
 	}()
 	<-started
@@ -571,12 +572,12 @@ func checkConcurrentClose(e *env) {
 			return 0, nil
 		}))
 	})
-	require.NoError(t, n.bus.Send(context.Background(), &block{}))
+	require.NoError(t, n.bus.Send(e.ctx, &block{}))
 	<-started
 	first := make(chan error, 1)
 	go func() { first <- n.bus.Close() }()
 	require.Eventually(t, func() bool {
-		return errors.Is(n.bus.Send(context.Background(), &block{}), bus.ErrClosed)
+		return errors.Is(n.bus.Send(e.ctx, &block{}), bus.ErrClosed)
 	}, waitFor, time.Millisecond, "the first Close to begin")
 	require.NoError(t, n.bus.Close())
 	require.True(t, returned.Load(), "the second Close returned before the handler")
@@ -691,6 +692,38 @@ func checkDeadlineSkipsHandler(e *env) {
 	require.Equal(t, []int{2}, handled)
 }
 
+// In process, a Dispatch whose caller went away (ctx cancelled, no
+// deadline) before the handler started does not start it either. Over a
+// transport only the deadline travels with the command.
+func checkCancelSkipsHandler(e *env) {
+	t := e.t
+	release, held, ended := make(chan struct{}), make(chan int, 1), make(chan error, 1)
+	var handled atomic.Int32
+	n := e.node(bus.Config{Middleware: []middleware.Middleware{holdSlow(release, held, ended)}}, func(b *bus.Bus) {
+		require.NoError(t, bus.Handle(b, func(_ context.Context, c *slow) (int, error) {
+			handled.Add(1)
+			return c.ID, nil
+		}))
+	})
+	if !n.inProcess() {
+		t.Log("bustest: over a transport a cancellation does not travel with the command: not tested")
+		return
+	}
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := bus.Dispatch[int](ctx, n.bus, &slow{ID: 1})
+		errc <- err
+	}()
+	<-held
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	release <- struct{}{}
+	require.ErrorIs(t, <-ended, context.Canceled, "the handler was skipped")
+	require.Zero(t, handled.Load())
+}
+
 // Send is fire-and-forget: its ctx ending does not stop the command.
 func checkSendOutlivesContext(e *env) {
 	t := e.t
@@ -783,7 +816,7 @@ func checkHandledOnce(e *env) {
 	// And some fire-and-forget ones.
 	sent := len(nodes) * perNode
 	for j := range perNode {
-		require.NoError(t, nodes[0].bus.Send(context.Background(), &count{N: sent + j}))
+		require.NoError(t, nodes[0].bus.Send(e.ctx, &count{N: sent + j}))
 	}
 	wg.Wait()
 	total := sent + perNode
@@ -813,7 +846,7 @@ func checkHandledOnce(e *env) {
 func checkWaitsForHandler(e *env) {
 	t := e.t
 	s := e.node(bus.Config{}, nil)
-	require.NoError(t, s.bus.Send(context.Background(), &echo{Text: "early"}))
+	require.NoError(t, s.bus.Send(e.ctx, &echo{Text: "early"}))
 	got := make(chan string, 1)
 	e.node(bus.Config{}, func(b *bus.Bus) {
 		require.NoError(t, bus.Handle(b, func(_ context.Context, c *echo) (struct{}, error) {

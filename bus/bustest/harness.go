@@ -3,6 +3,7 @@ package bustest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,12 @@ type Harness struct {
 	// LossNotifier declares that the ReplySubscriber is a bus.LossNotifier
 	// and that Backend.LoseConnection makes it report a loss.
 	LossNotifier bool
+
+	// Only, when not empty, names the checks to run (the last element of
+	// Run's subtest names, such as "LossNotifier"); the others are logged
+	// as not run. For a costly backend that serves one check, such as a
+	// database that really crashes.
+	Only []string
 
 	// Inspects declares that Backend.Unacked counts what a topic holds,
 	// so that the suite checks every message it handles is acked on the
@@ -86,6 +93,9 @@ type NodeOptions struct {
 // one.
 const redeliverAfter = 300 * time.Millisecond
 
+// checkDeadline bounds the Dispatch and Send calls of a check.
+const checkDeadline = 2 * time.Minute
+
 // waitFor bounds every wait of the suite for something that must happen.
 const waitFor = 20 * time.Second
 
@@ -97,13 +107,19 @@ func Run(t *testing.T, h Harness) {
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			if len(h.Only) > 0 && !slices.Contains(h.Only, c.name) {
+				t.Logf("bustest: not run: not in Harness.Only")
+				return
+			}
 			if c.needs != nil {
 				if missing := c.needs(h); missing != "" {
 					t.Logf("bustest: not tested: the harness does not declare %s", missing)
 					return
 				}
 			}
-			e := &env{t: t, h: h, be: h.NewBackend(t)}
+			ctx, cancel := context.WithTimeout(context.Background(), checkDeadline)
+			t.Cleanup(cancel)
+			e := &env{t: t, ctx: ctx, h: h, be: h.NewBackend(t)}
 			require.NotNil(t, e.be.Node, "bustest: Backend.Node is required")
 			require.False(t, h.LossNotifier && e.be.LoseConnection == nil, "bustest: Harness.LossNotifier needs Backend.LoseConnection")
 			require.False(t, h.Inspects && e.be.Unacked == nil, "bustest: Harness.Inspects needs Backend.Unacked")
@@ -129,7 +145,11 @@ func needMultiNode(h Harness) string {
 
 // env is the backend of one check and the nodes made on it.
 type env struct {
-	t              *testing.T
+	t *testing.T
+	// ctx bounds the waits of the check that have no deadline of their
+	// own, so that a transport that loses a message fails the check
+	// instead of hanging it.
+	ctx            context.Context
 	h              Harness
 	be             Backend
 	redeliverAfter time.Duration
