@@ -1,7 +1,6 @@
 package natstransport_test
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 
@@ -11,46 +10,48 @@ import (
 	"github.com/claimbus/claimbus/internal/natstest"
 )
 
-// harness runs the nodes of each test on a NATS server of its own, with
-// the stream on disk or in memory. The transport is no bus.LossNotifier.
-func harness(memory bool) bustest.Harness {
-	return bustest.Harness{
-		MultiNode:  true,
-		Durable:    true,
-		Redelivery: true,
-		Inspects:   true,
-		NewBackend: func(t testing.TB) bustest.Backend {
-			srv := natstest.Start(t)
-			in := inspect(t, srv.URL())
-			var mu sync.Mutex
-			var first *natstransport.Transport // names the stream and subjects
-			return bustest.Backend{
-				Node: func(t testing.TB, cfg bus.Config, o bustest.NodeOptions) bus.Config {
-					tr := newTransport(t, srv.URL(), o.ID, natstransport.Config{MemoryStorage: memory, AckWait: o.RedeliverAfter})
-					mu.Lock()
-					if first == nil {
-						first = tr
-					}
-					mu.Unlock()
-					return tr.BusConfig(cfg)
-				},
-				// A work queue: an acked message is deleted from the stream.
-				Unacked: func(t testing.TB, topic string) int {
-					mu.Lock()
-					defer mu.Unlock()
-					return in.stored(first, topic)
-				},
-			}
-		},
-	}
-}
-
+// The suite, with the stream on disk and in memory. The transport is no
+// bus.LossNotifier: TestServerStopAndRestart shows what a sender sees when
+// NATS goes away.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, memory := range []bool{false, true} {
-		t.Run(fmt.Sprintf("memory=%v", memory), func(t *testing.T) {
-			t.Parallel()
-			bustest.Run(t, harness(memory))
-		})
+	t.Run("file", func(t *testing.T) { t.Parallel(); runConformance(t, false) })
+	t.Run("memory", func(t *testing.T) { t.Parallel(); runConformance(t, true) })
+}
+
+func runConformance(t *testing.T, memory bool) {
+	bustest.Run(t, bustest.Harness{MultiNode: true, Durable: true, Redelivery: true, Inspects: true,
+		NewBackend: func(t testing.TB) bustest.Backend {
+			srv := natstest.Start(t)
+			nb := &natsBackend{url: srv.URL(), memory: memory, in: inspect(t, srv.URL())}
+			return bustest.Backend{Node: nb.node, Unacked: nb.unacked}
+		}})
+}
+
+// natsBackend is the NATS server of one check and the transports on it.
+type natsBackend struct {
+	url    string
+	memory bool
+	in     *inspector
+
+	mu    sync.Mutex
+	first *natstransport.Transport // names the stream and the subjects
+}
+
+func (nb *natsBackend) node(t testing.TB, cfg bus.Config, o bustest.NodeOptions) bus.Config {
+	tr := newTransport(t, nb.url, o.ID, natstransport.Config{MemoryStorage: nb.memory, AckWait: o.RedeliverAfter})
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	if nb.first == nil {
+		nb.first = tr
 	}
+	return tr.BusConfig(cfg)
+}
+
+// unacked counts what the stream holds of topic: a work queue deletes an
+// acked message.
+func (nb *natsBackend) unacked(t testing.TB, topic string) int {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	return nb.in.stored(nb.first, topic)
 }

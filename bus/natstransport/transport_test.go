@@ -126,11 +126,17 @@ func TestClosedTransport(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tr.Close())
 	require.NoError(t, tr.Close(), "Close is idempotent")
-	require.ErrorIs(t, tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)), natstransport.ErrClosed)
-	_, err = tr.Subscriber().Subscribe(context.Background(), "t")
-	require.ErrorIs(t, err, natstransport.ErrClosed)
-	_, err = tr.ReplySubscriber().Subscribe(context.Background(), "t")
-	require.ErrorIs(t, err, natstransport.ErrClosed)
+	subscribe := func(s message.Subscriber) error {
+		_, err := s.Subscribe(context.Background(), "t")
+		return err
+	}
+	for what, err := range map[string]error{
+		"Publish":                   tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)),
+		"Subscribe":                 subscribe(tr.Subscriber()),
+		"ReplySubscriber.Subscribe": subscribe(tr.ReplySubscriber()),
+	} {
+		require.ErrorIs(t, err, natstransport.ErrClosed, what)
+	}
 
 	tr2, err := natstransport.New(context.Background(), srv.URL(), natstransport.Config{NodeID: "m"})
 	require.NoError(t, err)
@@ -163,15 +169,19 @@ func TestTopicsNATSDisallows(t *testing.T) {
 	for _, topic := range topics {
 		require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage(uuid.NewString(), []byte(topic))), topic)
 	}
+	// Each topic's subscription gets the message published to it, and
+	// only that one.
 	for _, topic := range topics {
 		ch, err := tr.Subscriber().Subscribe(ctx, topic)
 		require.NoError(t, err, topic)
+		timeout := time.NewTimer(20 * time.Second)
 		select {
+		case <-timeout.C:
+			t.Fatal("no message on", topic)
 		case msg := <-ch:
+			timeout.Stop()
 			require.Equal(t, topic, string(msg.Payload))
 			msg.Ack()
-		case <-time.After(20 * time.Second):
-			t.Fatal("no message on", topic)
 		}
 	}
 }
