@@ -242,12 +242,17 @@ func checkSend(e *env) {
 func checkTimeout(e *env) {
 	t := e.t
 	release, started := make(chan struct{}), make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
 	var handled atomic.Int32
 	h := e.node(bus.Config{}, func(b *bus.Bus) {
-		require.NoError(t, bus.Handle(b, func(_ context.Context, c *block) (int, error) {
+		require.NoError(t, bus.Handle(b, func(ctx context.Context, c *block) (int, error) {
 			if c.ID == 1 {
 				close(started)
-				<-release
+				select {
+				case <-release:
+				case <-ctx.Done(): // Close gave up waiting
+				}
 			}
 			handled.Add(1)
 			return c.ID, nil
@@ -281,7 +286,7 @@ func checkTimeout(e *env) {
 	require.Zero(t, s.bus.Pending(), "the waiter is removed")
 
 	// The late reply is dropped (and acked), and the bus goes on working.
-	close(release)
+	releaseOnce()
 	require.Eventually(t, func() bool { return handled.Load() == 1 }, waitFor, time.Millisecond, "the blocked handler to finish")
 	e.requireAcked(s.bus.ReplyTopic())
 	got, err := bus.Dispatch[int](e.ctx, s.bus, &block{ID: 2})
@@ -534,7 +539,7 @@ func checkCloseWaitsThenCancels(e *env) {
 	started := make(chan struct{})
 	afterRan := make(chan error, 1)
 	cfg := bus.Config{CloseTimeout: 50 * time.Millisecond, Middleware: []middleware.Middleware{hooks{
-		failure: func(ctx context.Context, p *middleware.Pipeline) { afterRan <- p.Err() },
+		failure: func(ctx context.Context, p *middleware.Pipeline) { offer(afterRan, p.Err()) },
 	}}}
 	n := e.node(cfg, func(b *bus.Bus) {
 		require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *block) (int, error) {
@@ -616,13 +621,13 @@ func checkGoexit(e *env) {
 func holdSlow(release <-chan struct{}, held chan<- int, ended chan<- error) middleware.Middleware {
 	after := func(_ context.Context, p *middleware.Pipeline) {
 		if _, ok := p.Command.(*slow); ok {
-			ended <- p.Err()
+			offer(ended, p.Err())
 		}
 	}
 	return hooks{
 		before: func(_ context.Context, p *middleware.Pipeline) {
 			if c, ok := p.Command.(*slow); ok {
-				held <- c.ID
+				offer(held, c.ID)
 				<-release
 			}
 		},
@@ -763,7 +768,7 @@ func checkOnSend(e *env) {
 			}
 		},
 		Middleware: []middleware.Middleware{hooks{before: func(_ context.Context, p *middleware.Pipeline) {
-			seen <- p.Metadata["trace"]
+			offer(seen, p.Metadata["trace"])
 		}}},
 	}
 	n := e.node(cfg, func(b *bus.Bus) {
@@ -850,7 +855,7 @@ func checkWaitsForHandler(e *env) {
 	got := make(chan string, 1)
 	e.node(bus.Config{}, func(b *bus.Bus) {
 		require.NoError(t, bus.Handle(b, func(_ context.Context, c *echo) (struct{}, error) {
-			got <- c.Text
+			offer(got, c.Text)
 			return struct{}{}, nil
 		}))
 	})
@@ -948,4 +953,14 @@ func checkLoss(e *env) {
 		got, err := bus.Dispatch[int](dctx, n.bus, &block{ID: 2})
 		return err == nil && got == 2
 	}, time.Minute, 10*time.Millisecond, "a round trip once the transport is back")
+}
+
+// offer sends v on ch unless ch is full: a hook or handler run again by a
+// transport that delivers a command twice does not block its bus (and so
+// the check's end); the check fails on what it sees instead.
+func offer[T any](ch chan<- T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
 }
