@@ -82,10 +82,10 @@
 //     errors (rejection.go, errors.go, storeerrors.go), ids (ids.go),
 //     command types (commandtype.go);
 //   - wire format: the rejection encoding and metadata keys live in the
-//     internal wire package, shared with the bus; this package re-exports
-//     what users name (Rejection, RemoteError, the Metadata* keys) and
-//     encodes requestreply replies with it (ReplyMarshaler in
-//     requestreply.go);
+//     internal wire package, shared with the bus; this package defines the
+//     types it encodes (Rejection, RemoteError in rejection.go, registered
+//     with it), re-exports the Metadata* keys, and encodes requestreply
+//     replies with it (ReplyMarshaler in requestreply.go);
 //   - Watermill adapters: Registry (registry.go), RouterMiddleware
 //     (router.go), OnHandle, WrapHandler and ChainOnHandle (cqrs.go,
 //     chain.go), what they share (adapter.go), requestreply

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/claimbus/claimbus/internal/wire"
@@ -28,12 +29,41 @@ const (
 // errors.Is(err, ErrAlreadyTaken) holds for a rejection naming any field.
 // A rejection built on this node from a store's error wraps that error
 // beside it (errors.Is finds both); only the rejection crosses the wire.
-type Rejection = wire.Rejection
+type Rejection struct {
+	// Code says why, such as CodeAlreadyTaken; errors.Is matches by it.
+	Code string `json:"code"`
+	// Field names the command field concerned, if any, such as "email".
+	Field string `json:"field,omitempty"`
+	// Message is for people.
+	Message string `json:"message,omitempty"`
+}
 
 // RemoteError is a command's error that is not a rejection, as the sender
 // gets it back from a handler that may run on another node: its message
-// only (field Message), since error types do not cross a wire.
-type RemoteError = wire.RemoteError
+// only, since error types do not cross a wire.
+type RemoteError struct {
+	// Message is the handler's error message (err.Error()).
+	Message string
+}
+
+// Error returns the handler's error message.
+func (e *RemoteError) Error() string { return e.Message }
+
+// The wire encoding (internal/wire, shared with the bus) encodes and
+// decodes these types.
+func init() {
+	wire.Register(wire.Types{
+		Find: func(err error) (*wire.Rejection, bool) {
+			var rej *Rejection
+			if errors.As(err, &rej) {
+				return (*wire.Rejection)(rej), true
+			}
+			return nil, false
+		},
+		Rejection: func(r *wire.Rejection) error { return (*Rejection)(r) },
+		Remote:    func(message string) error { return &RemoteError{Message: message} },
+	})
+}
 
 // Sentinel rejections, matched with errors.Is.
 var (
@@ -50,4 +80,22 @@ var (
 // message made of format and args.
 func Reject(code, field, format string, args ...any) *Rejection {
 	return &Rejection{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error returns "code: field: message", leaving out the empty parts.
+func (r *Rejection) Error() string {
+	s := r.Code
+	if r.Field != "" {
+		s += ": " + r.Field
+	}
+	if r.Message != "" {
+		s += ": " + r.Message
+	}
+	return s
+}
+
+// Is reports whether target is a *Rejection with the same code.
+func (r *Rejection) Is(target error) bool {
+	t, ok := target.(*Rejection)
+	return ok && t.Code == r.Code
 }

@@ -3,13 +3,12 @@
 // middleware package's requestreply glue both use it, so that a rejection
 // reads the same whichever of them carried it.
 //
-// Its types are re-exported by middleware (middleware.Rejection,
-// middleware.RemoteError); users name them there.
+// The error types it encodes are middleware's (middleware.Rejection,
+// middleware.RemoteError), registered by middleware (Register).
 package wire
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -49,45 +48,31 @@ const (
 // the rejections of a replier not yet upgraded.
 const legacyMetadataError = "_claimbus_error"
 
-// Rejection is a structured business rejection of a command; see
-// middleware.Rejection, its exported name, for its contract.
+// Rejection is the wire form of a rejection: the fields of
+// middleware.Rejection, which is convertible to and from it.
 type Rejection struct {
-	// Code says why, such as "already_taken"; errors.Is matches by it.
-	Code string `json:"code"`
-	// Field names the command field concerned, if any, such as "email".
-	Field string `json:"field,omitempty"`
-	// Message is for people.
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
 	Message string `json:"message,omitempty"`
 }
 
-// Error returns "code: field: message", leaving out the empty parts.
-func (r *Rejection) Error() string {
-	s := r.Code
-	if r.Field != "" {
-		s += ": " + r.Field
-	}
-	if r.Message != "" {
-		s += ": " + r.Message
-	}
-	return s
+// Types are the error types of the encoding: middleware defines them
+// (middleware.Rejection, middleware.RemoteError), so that users see their
+// names, and registers them when it is initialised (wire cannot import
+// middleware, which imports it).
+type Types struct {
+	// Find returns the rejection in err's chain in its wire form.
+	Find func(err error) (*Rejection, bool)
+	// Rejection returns the error a decoded rejection is.
+	Rejection func(*Rejection) error
+	// Remote returns the error a decoded message is.
+	Remote func(message string) error
 }
 
-// Is reports whether target is a *Rejection with the same code.
-func (r *Rejection) Is(target error) bool {
-	t, ok := target.(*Rejection)
-	return ok && t.Code == r.Code
-}
+var types Types
 
-// RemoteError is a command's error that is not a rejection, as the sender
-// gets it back from a handler that may run on another node: its message
-// only, since error types do not cross a wire.
-type RemoteError struct {
-	// Message is the handler's error message (err.Error()).
-	Message string
-}
-
-// Error returns the handler's error message.
-func (e *RemoteError) Error() string { return e.Message }
+// Register sets the error types; middleware calls it in its init.
+func Register(t Types) { types = t }
 
 // wireError is how a command's error crosses the wire: a rejection as data,
 // any other error as its message.
@@ -104,8 +89,7 @@ func MarshalError(err error) []byte {
 		return nil
 	}
 	w := wireError{Message: err.Error()}
-	var rej *Rejection
-	if errors.As(err, &rej) {
+	if rej, ok := types.Find(err); ok {
 		w.Rejection = rej
 	}
 	b, mErr := json.Marshal(w)
@@ -116,9 +100,9 @@ func MarshalError(err error) []byte {
 	return b
 }
 
-// UnmarshalError decodes what MarshalError encoded: a *Rejection, so that
-// errors.Is and errors.As hold on the sender's side, or a *RemoteError. An
-// empty b decodes as nil.
+// UnmarshalError decodes what MarshalError encoded: a
+// *middleware.Rejection, so that errors.Is and errors.As hold on the
+// sender's side, or a *middleware.RemoteError. An empty b decodes as nil.
 func UnmarshalError(b []byte) error {
 	if len(b) == 0 {
 		return nil
@@ -128,9 +112,9 @@ func UnmarshalError(b []byte) error {
 		return fmt.Errorf("middleware: undecodable error in reply: %w", err)
 	}
 	if w.Rejection != nil && w.Rejection.Code != "" {
-		return w.Rejection
+		return types.Rejection(w.Rejection)
 	}
-	return &RemoteError{Message: w.Message}
+	return types.Remote(w.Message)
 }
 
 // SetReplyError sets the encoded error errb (see MarshalError) on a reply;

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/internal/wire"
+	"github.com/claimbus/claimbus/middleware"
 )
 
 // A rejection anywhere in an error's chain crosses as the rejection alone:
@@ -16,20 +17,21 @@ import (
 func TestRejectionCrossesWithoutItsCause(t *testing.T) {
 	t.Parallel()
 	cause := errors.New("dial tcp 10.1.2.3:5432: refused")
-	rej := &wire.Rejection{Code: "unavailable", Field: "id", Message: "try again"}
+	rej := &middleware.Rejection{Code: "unavailable", Field: "id", Message: "try again"}
 	err := fmt.Errorf("lock: %w", fmt.Errorf("%w: %w", rej, cause))
 
 	back := wire.UnmarshalError(wire.MarshalError(err))
 	require.Equal(t, rej, back)
-	require.ErrorIs(t, back, &wire.Rejection{Code: "unavailable"})
-	require.NotErrorIs(t, back, &wire.Rejection{Code: "locked"})
+	require.IsType(t, &middleware.Rejection{}, back, "users see middleware's type")
+	require.ErrorIs(t, back, &middleware.Rejection{Code: "unavailable"})
+	require.NotErrorIs(t, back, &middleware.Rejection{Code: "locked"})
 	require.NotContains(t, back.Error(), "10.1.2.3")
 }
 
 func TestOtherErrorsCrossAsTheirMessage(t *testing.T) {
 	t.Parallel()
 	back := wire.UnmarshalError(wire.MarshalError(errors.New("disk full")))
-	var remote *wire.RemoteError
+	var remote *middleware.RemoteError
 	require.ErrorAs(t, back, &remote)
 	require.Equal(t, "disk full", remote.Message)
 
@@ -42,7 +44,7 @@ func TestOtherErrorsCrossAsTheirMessage(t *testing.T) {
 // that wrote the old requestreply key is still read.
 func TestReplyErrorKeys(t *testing.T) {
 	t.Parallel()
-	errb := wire.MarshalError(&wire.Rejection{Code: "locked"})
+	errb := wire.MarshalError(&middleware.Rejection{Code: "locked"})
 
 	msg := message.NewMessage("r1", nil)
 	wire.SetReplyError(msg, errb)
