@@ -364,7 +364,7 @@ func TestTwoFieldsOverlappingStorm(t *testing.T) {
 		}
 	}
 	require.Positive(t, ok)
-	require.Equal(t, ok, len(accounts.byEmail))
+	require.Len(t, accounts.byEmail, ok)
 	require.Zero(t, duplicates.Load(), "the unique index must never fire")
 	requireNothingHeld(t, store)
 }
@@ -511,7 +511,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 	// run runs a CreateStaff for ann@x.org whose claims are taken on
 	// locker, with h as the handler, and returns the command's error, what
 	// OnReleaseError was told and what was logged.
-	run := func(t *testing.T, locker lockstore.Locker, h middleware.HandlerFunc) (error, []releaseReport, []map[string]any) {
+	run := func(t *testing.T, locker lockstore.Locker, h middleware.HandlerFunc) ([]releaseReport, []map[string]any, error) {
 		t.Helper()
 		logs := &logBuffer{}
 		var reports []releaseReport
@@ -528,7 +528,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 		p := middleware.NewPipeline(ctx, &commands.CreateStaff{StaffID: "s-1", Email: "Ann@x.org", Name: "Ann"})
 		p.CommandUUID = "cmd-1"
 		_, err = r.Run(ctx, p, h)
-		return err, reports, logs.records(t)
+		return reports, logs.records(t), err
 	}
 
 	t.Run("lost", func(t *testing.T) {
@@ -537,7 +537,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 		store, err := lockstore.NewMemory(lockstore.MemoryConfig{TTL: time.Minute, Clock: clock})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		err, reports, recs := run(t, store, func(context.Context, *middleware.Pipeline) (any, error) {
+		reports, recs, err := run(t, store, func(context.Context, *middleware.Pipeline) (any, error) {
 			clock.Advance(time.Minute) // the claim's lease runs out while the handler runs
 			return "s-1", nil
 		})
@@ -559,7 +559,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 		t.Parallel()
 		store := newMemory(t)
 		unconfirmed := errors.New("unlock went unanswered")
-		err, reports, recs := run(t, releaseFailsLocker{Locker: store, err: unconfirmed},
+		reports, recs, err := run(t, releaseFailsLocker{Locker: store, err: unconfirmed},
 			func(context.Context, *middleware.Pipeline) (any, error) { return "s-1", nil })
 		require.NoError(t, err)
 		require.Len(t, reports, 1)

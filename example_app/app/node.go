@@ -298,7 +298,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	bcfg.Middleware = append(first, []middleware.Middleware{
+	bcfg.Middleware = append(first, []middleware.Middleware{ //nolint:gocritic // appendAssign: first is this chain's fresh head, never used again
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
 		middleware.Hooks{AfterFail: n.logUnavailable},
 		middleware.Validate(),
