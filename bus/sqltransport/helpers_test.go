@@ -58,6 +58,6 @@ func eventually(t testing.TB, cond func() bool, msg string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting: %s", msg)
 		}
-		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling helper left to the transport-suite rewrite (h-bustest)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
