@@ -19,6 +19,11 @@ const module = "github.com/claimbus/claimbus"
 // "example_app, test → everything").
 const anything = "*"
 
+// leaves are the internal packages that import nothing of the module
+// (their rows say so, and the test checks it): any package may import
+// them, since an import of one can never point up a layer.
+var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/sentinel", "internal/wire"}
+
 // rule is one row of the layering: the packages of the module (paths
 // relative to it) that a package's non-test files may import, and why.
 type rule struct {
@@ -42,11 +47,11 @@ var layers = map[string]rule{
 		why: "durable claims sit beside lockstore, below middleware",
 	},
 	"middleware": {
-		may: []string{"lockstore", "internal/wire"},
+		may: []string{"lockstore"},
 		why: "DESIGN: middleware → lockstore; the bus and uniqueness sit above it",
 	},
 	"uniqueness": {
-		may: []string{"middleware", "lockstore", "claimstore", "observe", "internal/keyqueue"},
+		may: []string{"middleware", "lockstore", "claimstore", "observe"},
 		why: "DESIGN: uniqueness → middleware, lockstore, and its durable claims (claimstore); never the bus",
 	},
 	"idempotency": {
@@ -54,7 +59,7 @@ var layers = map[string]rule{
 		why: "a middleware on the claim store, beside uniqueness; never the bus",
 	},
 	"bus": {
-		may: []string{"middleware", "internal/wire"},
+		may: []string{"middleware"},
 		why: "DESIGN: bus → middleware; it knows no store and no built-in middleware",
 	},
 	"telemetry": {
@@ -64,12 +69,12 @@ var layers = map[string]rule{
 
 	// Backends: a heavy dependency stays in its own subpackage.
 	"lockstore/postgres": {
-		may: []string{"lockstore", "observe", "internal/migrate", "internal/keyqueue"},
-		why: "a lockstore backend: the store's contract and the shared migrations, nothing above",
+		may: []string{"lockstore", "lockstore/internal/txnest", "observe", "internal/migrate"},
+		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
 	},
 	"lockstore/sqlite": {
-		may: []string{"lockstore", "internal/migrate"},
-		why: "a lockstore backend: the store's contract and the shared migrations, nothing above",
+		may: []string{"lockstore", "lockstore/internal/txnest", "internal/migrate"},
+		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
 	},
 	"claimstore/postgres": {
 		may: []string{"claimstore", "lockstore", "internal/claimcheck", "internal/migrate", "internal/pgerr"},
@@ -80,11 +85,11 @@ var layers = map[string]rule{
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"bus/sqltransport": {
-		may: []string{"bus", "middleware", "internal/pgerr", "internal/wire"},
+		may: []string{"bus", "middleware", "internal/pgerr"},
 		why: "a transport of the bus: the bus and its wire format, no store",
 	},
 	"bus/natstransport": {
-		may: []string{"bus", "middleware", "internal/wire"},
+		may: []string{"bus", "middleware"},
 		why: "a transport of the bus: the bus and its wire format, no store",
 	},
 
@@ -106,13 +111,20 @@ var layers = map[string]rule{
 		why: "test support for telemetry users",
 	},
 
-	// Internal packages: shared by the layers above, importing below.
+	// Internal leaves (see leaves): nothing of the module.
 	"internal/wire": {
-		may: []string{"lockstore"},
-		why: "the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither (lockstore for its errors' codes)",
+		why: "the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither",
 	},
 	"internal/keyqueue": {
 		why: "the per-key FIFO queue of lockstore, its backends and uniqueness: standard library only",
+	},
+	"internal/afterlost": {why: "the lost-lock callbacks the stores and middleware share: standard library only"},
+	"internal/sentinel":  {why: "second names of one sentinel error: standard library only"},
+
+	// Other internal packages: shared by the layers above, importing below.
+	"lockstore/internal/txnest": {
+		may: []string{"lockstore"},
+		why: "the transaction nesting both SQL lockstore backends share",
 	},
 	"internal/claimcheck": {
 		may: []string{"lockstore"},
@@ -159,21 +171,26 @@ func violations(graph map[string][]string, table map[string]rule) []string {
 		if slices.Contains(r.may, anything) {
 			continue
 		}
+		leaf := slices.Contains(leaves, pkg)
 		for _, imp := range graph[pkg] {
-			if !slices.Contains(r.may, imp) {
-				out = append(out, fmt.Sprintf("%s imports %s, which its row does not allow: it may import %s (%s)", pkg, imp, allowed(r), r.why))
+			if !slices.Contains(r.may, imp) && (leaf || !slices.Contains(leaves, imp)) {
+				out = append(out, fmt.Sprintf("%s imports %s, which its row does not allow: it may import %s (%s)", pkg, imp, allowed(r, leaf), r.why))
 			}
 		}
 	}
 	return out
 }
 
-// allowed lists what a row allows, for a message.
-func allowed(r rule) string {
-	if len(r.may) == 0 {
-		return "nothing of the module"
+// allowed lists what a row allows, for a message; leaf says whether the
+// row is a leaf's, which may not import the other leaves.
+func allowed(r rule, leaf bool) string {
+	switch {
+	case leaf:
+		return "nothing of the module, as a leaf"
+	case len(r.may) == 0:
+		return "only the internal leaves"
 	}
-	return strings.Join(r.may, ", ")
+	return strings.Join(r.may, ", ") + " and the internal leaves"
 }
 
 // importGraph lists every package of the module with the packages of the
@@ -212,6 +229,9 @@ func TestImportsFollowTheLayers(t *testing.T) {
 	graph := importGraph(t)
 	require.Contains(t, graph, "middleware", "go list printed no import graph")
 	require.Contains(t, graph, "internal/depcheck", "go list printed no import graph")
+	for _, leaf := range leaves {
+		require.Empty(t, layers[leaf].may, "%s is a leaf: its row allows nothing", leaf)
+	}
 	for _, v := range violations(graph, layers) {
 		t.Error(v)
 	}
@@ -229,11 +249,12 @@ func TestViolationsNameThePackageTheImportAndTheRule(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"internal/new has no row in internal/depcheck's layers: add one saying which packages of the module it may import, and why",
-		"middleware imports bus, which its row does not allow: it may import lockstore, internal/wire (DESIGN: middleware → lockstore; the bus and uniqueness sit above it)",
+		"middleware imports bus, which its row does not allow: it may import lockstore and the internal leaves (DESIGN: middleware → lockstore; the bus and uniqueness sit above it)",
 	}, violations(graph, layers))
 
 	require.Equal(t, []string{
-		"lockstore imports middleware, which its row does not allow: it may import nothing of the module (DESIGN: lockstore ← nothing of ours)",
-	}, violations(map[string][]string{"lockstore": {"middleware"}}, layers))
-	require.Empty(t, violations(map[string][]string{"bus": {"middleware"}, "lockstore": {}}, layers))
+		"internal/wire imports internal/sentinel, which its row does not allow: it may import nothing of the module, as a leaf (the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither)",
+		"lockstore imports middleware, which its row does not allow: it may import only the internal leaves (DESIGN: lockstore ← nothing of ours)",
+	}, violations(map[string][]string{"lockstore": {"middleware", "internal/afterlost"}, "internal/wire": {"internal/sentinel"}}, layers))
+	require.Empty(t, violations(map[string][]string{"bus": {"middleware", "internal/wire"}, "lockstore": {"internal/afterlost"}}, layers))
 }
