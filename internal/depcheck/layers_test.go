@@ -33,7 +33,7 @@ type rule struct {
 
 // layers is DESIGN's "Dependencies flow one way" as a table: every package
 // of the module has a row, and its non-test files import only the packages
-// of the module its row lists. Test files are not held to it: a layer's
+// of the module its row lists, and the leaves. Test files are not held to it: a layer's
 // tests drive it through the layers above it, as its users do (uniqueness
 // through the bus), and no user compiles them. A package without a row
 // fails the test, so a new package is placed deliberately.
