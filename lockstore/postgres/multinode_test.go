@@ -312,7 +312,7 @@ func TestThousandLocksOnConfiguredConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			require.NoError(t, l.Release(ctx))
+			require.NoError(t, l.Release(ctx)) //nolint:testifylint // fixed on branch h-txlock
 		}()
 	}
 	wg.Wait()
