@@ -37,7 +37,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(time.Millisecond) //nolint:forbidigo // polling helper of h-txlock's file, left for it
+		time.Sleep(time.Millisecond) //nolint:forbidigo // conditions here call require (exclusive_test.go), so they run on the test's goroutine, never on require.Eventually's
 	}
 }
 
@@ -308,14 +308,17 @@ func TestThousandLocksOnConfiguredConnections(t *testing.T) {
 		require.Positive(t, h.Token)
 	}
 
+	// The releases report on errs, asserted on this goroutine: require
+	// must not call t.FailNow from another.
+	errs = make(chan error, n)
 	for _, l := range locks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			require.NoError(t, l.Release(ctx)) //nolint:testifylint // fixed on branch h-txlock
+			errs <- l.Release(ctx)
 		}()
 	}
-	wg.Wait()
+	requireNoErrors(t, &wg, errs, "Release")
 	require.Empty(t, lockBackends(ctx, t, admin))
 }
 
