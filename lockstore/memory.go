@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/claimbus/claimbus/internal/afterlost"
 )
 
 // Shard counts of a memory store.
@@ -275,12 +277,14 @@ func (m *Memory) Held(ctx context.Context) ([]Holder, error) {
 // Reset ends every lock held now, as if its lease had run out: its Lost
 // channel closes, its Release reports ErrLockLost, and the key goes to its
 // next waiter, if any, with a new, greater token. Tokens are never rewound.
-// It is meant for tests.
+// The functions registered with AfterLost on those locks have run when it
+// returns. It is meant for tests.
 func (m *Memory) Reset(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var locks []*memLock
+	var fire []afterlost.Chain
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
@@ -290,26 +294,33 @@ func (m *Memory) Reset(ctx context.Context) error {
 		}
 		locks = slices.AppendSeq(locks[:0], s.locks.all)
 		for _, l := range locks {
-			s.end(l, lost)
+			fire = append(fire, s.end(l, lost))
 		}
 		s.mu.Unlock()
+		for _, c := range fire {
+			c.Fire()
+		}
+		fire = fire[:0]
 	}
 	return nil
 }
 
 // Close ends every lock (closing its Lost channel; its Release then
 // returns an error matching both ErrLockLost and ErrClosed), fails every
-// waiter with ErrClosed, stops the lease timers and waits for any timer
-// call already running. Later calls on the store fail with ErrClosed; Close itself is
+// waiter with ErrClosed, runs the functions registered with AfterLost on
+// those locks, stops the lease timers and waits for any timer call already
+// running. Later calls on the store fail with ErrClosed; Close itself is
 // idempotent and returns nil.
 func (m *Memory) Close() error {
 	m.closeOnce.Do(func() {
+		var fire []afterlost.Chain
 		for i := range m.shards {
 			s := &m.shards[i]
 			s.mu.Lock()
 			s.closed = true
 			for l := range s.locks.all {
 				l.state = lost
+				fire = append(fire, l.after.Take())
 				if e := l.ext; e != nil {
 					e.failWaiters(ErrClosed)
 					s.stopLease(e)
@@ -320,6 +331,9 @@ func (m *Memory) Close() error {
 			}
 			s.locks = lockTable{}
 			s.mu.Unlock()
+		}
+		for _, c := range fire {
+			c.Fire()
 		}
 		m.timers.Wait()
 	})
@@ -412,13 +426,20 @@ func (s *memShard) handTo(l *memLock, w *waiter) {
 
 // end ends the held lock l, as released by its owner or lost: a lost lock's
 // Lost channel closes. The key goes to its oldest waiter, or is forgotten
-// when nobody waits. The caller holds s.mu.
-func (s *memShard) end(l *memLock, how lockState) {
+// when nobody waits. It returns the AfterLost registrations to fire, once
+// s.mu is released, when l is lost; those of a released lock are dropped.
+// The caller holds s.mu.
+func (s *memShard) end(l *memLock, how lockState) (fire afterlost.Chain) {
 	l.state = how
+	if how == lost {
+		fire = l.after.Take()
+	} else if l.after.Len() > 0 {
+		l.after = afterlost.List{}
+	}
 	e := l.ext
 	if e == nil {
 		s.locks.delete(l)
-		return
+		return fire
 	}
 	s.stopLease(e)
 	if how == lost {
@@ -429,9 +450,10 @@ func (s *memShard) end(l *memLock, how lockState) {
 	}
 	if e.queue.n == 0 {
 		s.locks.delete(l)
-		return
+		return fire
 	}
 	s.handTo(l, e.queue.pop())
+	return fire
 }
 
 // startLease schedules the end of l's lease one TTL from now. The caller
@@ -460,10 +482,12 @@ func (s *memShard) stopLease(e *lockExt) {
 // refreshed meanwhile, it ends l.
 func (s *memShard) expire(l *memLock, ls *lease) {
 	defer s.m.timers.Done()
+	var fire afterlost.Chain
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if l.state == held && l.ext.lease == ls {
 		l.ext.lease = nil
-		s.end(l, lost)
+		fire = s.end(l, lost)
 	}
+	s.mu.Unlock()
+	fire.Fire()
 }

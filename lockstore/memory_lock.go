@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/claimbus/claimbus/internal/afterlost"
 )
 
 // lockState is where a memLock is in its life.
@@ -28,6 +30,8 @@ type memLock struct {
 
 	state lockState
 	ext   *lockExt
+	// after holds the AfterLost registrations while the lock is held.
+	after afterlost.List
 }
 
 // lockExt is the part of a lock made when first needed: by Lost, by a
@@ -47,8 +51,10 @@ type lease struct {
 }
 
 var (
-	_ Lock      = (*memLock)(nil)
-	_ Refresher = (*memLock)(nil)
+	_ Lock              = (*memLock)(nil)
+	_ Refresher         = (*memLock)(nil)
+	_ LostNotifier      = (*memLock)(nil)
+	_ afterlost.Watcher = (*memLock)(nil)
 )
 
 // extension returns l.ext, making it first if needed. The caller holds the
@@ -83,6 +89,30 @@ func (l *memLock) Lost() <-chan struct{} {
 		}
 	}
 	return e.lost
+}
+
+// AfterLost arranges for f to be called when the lock is lost (see the
+// package function AfterLost): by Reset and Close before they return, by
+// a lease's end in its timer's goroutine, after the shard's mutex is
+// released.
+func (l *memLock) AfterLost(f func()) (stop func() bool) {
+	n := &afterlost.Node{}
+	afterlost.Watch(l, n, afterlost.Func(f))
+	return n.Stop
+}
+
+// WatchLost registers n to be fired when the lock is lost.
+func (l *memLock) WatchLost(n *afterlost.Node) {
+	s := l.shard
+	s.mu.Lock()
+	state := l.state
+	if state == held {
+		l.after.Push(n)
+	}
+	s.mu.Unlock()
+	if state == lost {
+		n.FireLater()
+	}
 }
 
 // Release gives the key to its next waiter, or frees it, and returns nil.
