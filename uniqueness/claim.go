@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/observe"
@@ -35,7 +36,6 @@ type Claimer struct {
 	locker lockstore.Locker
 	seed   maphash.Seed
 	shards [numShards]shard
-	lost   lostWatch
 }
 
 // shard is one part of the table of keys, padded to a cache line so that
@@ -80,7 +80,7 @@ var statePool = sync.Pool{New: func() any { return new(keyState) }}
 
 // NewClaimer returns a Claimer that takes keys on l.
 func NewClaimer(l lockstore.Locker) *Claimer {
-	c := &Claimer{locker: l, seed: maphash.MakeSeed(), lost: lostWatch{interval: DefaultLostCheckInterval}}
+	c := &Claimer{locker: l, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].keys = make(map[lockstore.Key]*keyState)
 	}
@@ -104,6 +104,12 @@ type Claim struct {
 	// ErrClaimLost, if the lock is lost before the claim is released (see
 	// Claimer.watchLost).
 	onLost context.CancelCauseFunc
+	// lostSeen, guarded by sh.mu, is set once the loss of the lock was
+	// reported.
+	lostSeen bool
+	// lostWatch is the claim's registration with its lock (see
+	// lockstore.AfterLost), from its grant to its release.
+	lostWatch afterlost.Node
 }
 
 // Claim takes key on the Claimer's Locker, waiting first come first served
@@ -194,7 +200,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	var lostFunc func()
 	if prev := st.holder; prev != nil {
 		// The previous holder never released: its lock was lost.
-		lostFunc = c.lost.take(prev)
+		lostFunc = prev.takeLost()
 	}
 	// Settled as taken while this claimant waited: it was granted before it
 	// saw the settle.
@@ -216,6 +222,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		return nil, ErrAlreadyTaken
 	}
 
+	cl.watch()
 	isTaken, lerr := lookup(ctx, taken)
 	switch {
 	case lerr != nil:
@@ -386,7 +393,7 @@ func (cl *Claim) forget() {
 	if cl.st.holder == cl {
 		cl.st.holder = nil
 	}
-	cl.claimer.lost.forget(cl)
+	cl.unwatch()
 	cl.sh.leave(cl.key, cl.st)
 	cl.st = nil
 }

@@ -530,6 +530,23 @@ func (l *lostCause) require(t *testing.T) {
 	}
 }
 
+// watchedClaims returns the number of claims of c with a function to call
+// on a loss.
+func watchedClaims(c *Claimer) int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for _, st := range sh.keys {
+			if st.holder != nil && st.holder.onLost != nil {
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 func TestWatchLost(t *testing.T) {
 	t.Parallel()
 	const ttl = time.Minute
@@ -540,7 +557,6 @@ func TestWatchLost(t *testing.T) {
 		t.Parallel()
 		clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
 		store, c, _ := newClaimer(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
-		c.lost.interval = time.Hour // only the next grant can report it
 		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()
@@ -551,32 +567,46 @@ func TestWatchLost(t *testing.T) {
 		r := receive(t, next)
 		require.NoError(t, r.err)
 		lost.require(t)
-		require.Zero(t, c.lost.watched.Load())
+		require.Zero(t, watchedClaims(c))
 		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 		require.NoError(t, r.claim.Release(ctx))
 		requireNothingHeld(t, store, c)
 	})
 
-	t.Run("found by the periodic check", func(t *testing.T) {
+	t.Run("reported by the store as it ends the lock", func(t *testing.T) {
 		t.Parallel()
 		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
-		c.lost.interval = time.Millisecond
 		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()
 		c.watchLost(holder, lost.cancel)
 		require.NoError(t, store.Reset(ctx))
+		// The memory store runs the AfterLost functions before Reset
+		// returns: the loss is already reported, no interval later.
+		require.Len(t, lost.ch, 1, "the loss is reported before Reset returns")
 		lost.require(t)
 		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
-		require.Eventually(t, func() bool { return !c.lost.armed.Load() }, waitFor, time.Millisecond,
-			"the check is no longer armed once nothing is watched")
+		require.Zero(t, watchedClaims(c), "nothing is watched once the claim is released")
+		requireNothingHeld(t, store, c)
+	})
+
+	t.Run("watched after the loss: reported at once", func(t *testing.T) {
+		t.Parallel()
+		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
+		holder, err := c.Claim(ctx, k, notTaken)
+		require.NoError(t, err)
+		require.NoError(t, store.Reset(ctx))
+		lost := newLostCause()
+		c.watchLost(holder, lost.cancel)
+		require.Len(t, lost.ch, 1, "watchLost on a lost claim reports it before returning")
+		lost.require(t)
+		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 		requireNothingHeld(t, store, c)
 	})
 
 	t.Run("never reported after release", func(t *testing.T) {
 		t.Parallel()
 		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
-		c.lost.interval = time.Millisecond
 		var wg sync.WaitGroup
 		var reported atomic.Int64
 		for i := range 50 {
@@ -591,8 +621,7 @@ func TestWatchLost(t *testing.T) {
 		}
 		wg.Wait()
 		require.NoError(t, store.Reset(ctx))
-		require.Zero(t, c.lost.watched.Load())
-		require.Eventually(t, func() bool { return !c.lost.armed.Load() }, waitFor, time.Millisecond)
+		require.Zero(t, watchedClaims(c))
 		require.Zero(t, reported.Load())
 		requireNothingHeld(t, store, c)
 	})

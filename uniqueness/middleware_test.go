@@ -463,6 +463,37 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	requireNothingHeld(t, store)
 }
 
+// The loss is seen where the store ends the lock, not an interval later:
+// the memory store's Reset returns only once the handler's context is
+// cancelled.
+func TestLostClaimCancelsTheHandlerBeforeResetReturns(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t)
+	table := newMemTable()
+	g := newGate()
+	ctxs := make(chan context.Context, 1)
+	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+		ctxs <- ctx
+		close(g.started)
+		<-g.open // not ctx: the test reads ctx itself
+		return "", context.Cause(ctx)
+	}))
+
+	r := dispatchAsync(b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann"})
+	requireClosed(t, g.started, "the handler's start")
+	hctx := <-ctxs
+	require.NoError(t, hctx.Err(), "the handler's context before the loss")
+	require.NoError(t, store.Reset(context.Background()))
+	require.ErrorIs(t, hctx.Err(), context.Canceled, "the handler's context is cancelled when Reset returns")
+	require.ErrorIs(t, context.Cause(hctx), uniqueness.ErrClaimLost)
+	close(g.open)
+	got := receive(t, r)
+	require.Error(t, got.err)
+	require.Contains(t, got.err.Error(), "claim lost", "the handler's error crosses the bus as text")
+	requireNothingHeld(t, store)
+}
+
 // releaseFailsLocker is a Locker whose locks fail to release with err,
 // after releasing in the store under it.
 type releaseFailsLocker struct {
@@ -652,8 +683,8 @@ func TestConfigValidate(t *testing.T) {
 		want []string
 	}{
 		{"valid", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{good}}, nil},
-		{"everything wrong", uniqueness.Config{ClaimTimeout: -time.Second, LostCheckInterval: -1},
-			[]string{"Locker is nil", "ClaimTimeout is negative", "LostCheckInterval is negative", "Rules is empty"}},
+		{"everything wrong", uniqueness.Config{ClaimTimeout: -time.Second},
+			[]string{"Locker is nil", "ClaimTimeout is negative", "Rules is empty"}},
 		{"zero rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{{}}}, []string{"Rules[0] is a zero Rule"}},
 		{"duplicate field", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{good, good}},
 			[]string{`Rules[1]: a second rule for field "email"`}},
