@@ -78,7 +78,7 @@
 //	mw, err := uniqueness.New(uniqueness.Config{
 //		Locker: store, // lockstore.NewMemory, lockstore/postgres, lockstore/sqlite
 //		Rules: []uniqueness.Rule{
-//			uniqueness.Field("email", "staff.email",
+//			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 //				func(c *commands.CreateStaff) string { return c.Email },
 //				staffEmailTaken, // func(ctx, email string) (bool, error)
 //				uniqueness.Normalize(uniqueness.NormalizeEmail),
@@ -129,7 +129,7 @@
 // before its handler runs, so that the handler writes exactly what was
 // claimed and what the lookup will find ("ann@x.org", not " Ann@X.org"):
 //
-//	uniqueness.Field("email", "staff.email",
+//	uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 //		func(c *commands.CreateStaff) string { return c.Email },
 //		staffEmailTaken,
 //		uniqueness.Normalize(uniqueness.NormalizeEmail),
