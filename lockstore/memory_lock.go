@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/internal/keyqueue"
 )
 
 // lockState is where a memLock is in its life.
@@ -41,7 +42,7 @@ type lockExt struct {
 	// lost.
 	lost chan struct{}
 	// queue holds the key's waiters while the lock is held.
-	queue waitQueue
+	queue keyqueue.List[memWait]
 	lease *lease
 }
 
@@ -167,12 +168,12 @@ func (l *memLock) lostError(op string, closed bool) error {
 // failWaiters fails every waiter queued on the lock with err. The caller
 // holds the shard's mutex.
 func (e *lockExt) failWaiters(err error) {
-	for w := e.queue.head; w != nil; w = w.next {
-		w.state = failed
-		w.err = err
-		close(w.ready)
+	for w := range e.queue.All {
+		w.Value.state = failed
+		w.Value.err = err
+		close(w.Value.ready)
 	}
-	e.queue = waitQueue{}
+	e.queue = keyqueue.List[memWait]{}
 }
 
 // waitState is where a waiter is: queued, or out of the queue with a grant
@@ -185,54 +186,17 @@ const (
 	failed
 )
 
-// waiter is one Lock call queued on a held key. Its lock, with ext as its
-// extension, is filled in and returned to the caller when the key is
-// handed to it. The other fields are guarded by the shard's mutex; ready is
-// closed when state leaves waiting.
-type waiter struct {
-	lock       memLock
-	ext        lockExt
-	prev, next *waiter
-	ready      chan struct{}
-	state      waitState
-	err        error
-}
+// waiter is one Lock call queued on a held key, in its holder's queue.
+type waiter = keyqueue.Waiter[memWait]
 
-// waitQueue is the FIFO of waiters on one key, a doubly linked list so that
-// a waiter that gives up leaves in constant time.
-type waitQueue struct {
-	head, tail *waiter
-	n          int
-}
-
-func (q *waitQueue) push(w *waiter) {
-	w.prev = q.tail
-	if q.tail == nil {
-		q.head = w
-	} else {
-		q.tail.next = w
-	}
-	q.tail = w
-	q.n++
-}
-
-func (q *waitQueue) pop() *waiter {
-	w := q.head
-	q.remove(w)
-	return w
-}
-
-func (q *waitQueue) remove(w *waiter) {
-	if w.prev == nil {
-		q.head = w.next
-	} else {
-		w.prev.next = w.next
-	}
-	if w.next == nil {
-		q.tail = w.prev
-	} else {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next = nil, nil
-	q.n--
+// memWait is what a waiter carries. Its lock, with ext as its extension,
+// is filled in and returned to the caller when the key is handed to it.
+// The other fields are guarded by the shard's mutex; ready is closed when
+// state leaves waiting.
+type memWait struct {
+	lock  memLock
+	ext   lockExt
+	ready chan struct{}
+	state waitState
+	err   error
 }
