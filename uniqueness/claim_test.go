@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/keyqueue"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/lockstoretest"
@@ -496,7 +497,35 @@ func TestClaimerForgetsKeysNobodyWaitsFor(t *testing.T) {
 	wg.Wait()
 	requireNothingHeld(t, store, c)
 	for i := range c.shards {
-		require.Less(t, c.shards[i].peak, shrinkMin+1)
+		require.LessOrEqual(t, c.shards[i].keys.Slots(), keyqueue.MinSlots, "shard %d gave its table back", i)
+	}
+}
+
+// Keys held at once grow the claimer's table; once released, every shard
+// gives its slots back.
+func TestClaimerGivesItsTableBack(t *testing.T) {
+	t.Parallel()
+	store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
+	ctx := context.Background()
+	const n = 5000
+	claims := make([]*Claim, 0, n)
+	for i := range n {
+		cl, err := c.Claim(ctx, key(fmt.Sprintf("held-%d", i)), notTaken)
+		require.NoError(t, err)
+		claims = append(claims, cl)
+	}
+	require.Equal(t, n, c.len())
+	slots := 0
+	for i := range c.shards {
+		slots += c.shards[i].keys.Slots()
+	}
+	require.Greater(t, slots, numShards*keyqueue.MinSlots, "the table grew")
+	for _, cl := range claims {
+		require.NoError(t, cl.Release(ctx))
+	}
+	requireNothingHeld(t, store, c)
+	for i := range c.shards {
+		require.LessOrEqual(t, c.shards[i].keys.Slots(), keyqueue.MinSlots, "shard %d gave its table back", i)
 	}
 }
 
@@ -537,7 +566,7 @@ func watchedClaims(c *Claimer) int {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		for _, st := range sh.keys {
+		for st := range sh.keys.All {
 			if st.holder != nil && st.holder.onLost != nil {
 				n++
 			}

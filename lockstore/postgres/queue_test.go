@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/keyqueue"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -65,4 +66,22 @@ func TestTurnQueueWaitEnds(t *testing.T) {
 	q.pass(id)
 	require.Zero(t, queuedWithHolder(q, id))
 	require.Zero(t, q.q.Len())
+}
+
+// TestTurnQueueFreesIdleIDs: after a storm of distinct lock ids, held
+// many at once, the queue keeps nothing (its maps used to keep their
+// buckets for ever).
+func TestTurnQueueFreesIdleIDs(t *testing.T) {
+	t.Parallel()
+	q := newTurnQueue()
+	const n = 20000
+	for i := range n {
+		require.True(t, q.tryTake(LockID{3, int32(i)}))
+	}
+	require.Equal(t, n, q.q.Len())
+	for i := range n {
+		q.pass(LockID{3, int32(i)})
+	}
+	require.Zero(t, q.q.Len())
+	require.LessOrEqual(t, q.q.Slots(), queueShards*keyqueue.MinSlots, "the shards gave their slots back")
 }
