@@ -496,6 +496,13 @@ func TestClaimerForgetsKeysNobodyWaitsFor(t *testing.T) {
 	}
 	wg.Wait()
 	requireNothingHeld(t, store, c)
+	requireTablesGivenBack(t, c)
+}
+
+// requireTablesGivenBack checks that every shard of c has shrunk its table
+// back to the minimum.
+func requireTablesGivenBack(t *testing.T, c *Claimer) {
+	t.Helper()
 	for i := range c.shards {
 		require.LessOrEqual(t, c.shards[i].keys.Slots(), keyqueue.MinSlots, "shard %d gave its table back", i)
 	}
@@ -524,9 +531,7 @@ func TestClaimerGivesItsTableBack(t *testing.T) {
 		require.NoError(t, cl.Release(ctx))
 	}
 	requireNothingHeld(t, store, c)
-	for i := range c.shards {
-		require.LessOrEqual(t, c.shards[i].keys.Slots(), keyqueue.MinSlots, "shard %d gave its table back", i)
-	}
+	requireTablesGivenBack(t, c)
 }
 
 // assertNoError reports err from any goroutine without stopping it.

@@ -182,24 +182,22 @@ func (q *Queue[K]) Waiters() int64 { return q.waiters.Load() }
 // Len returns the number of keys whose turn is held now. The Queue keeps
 // nothing else.
 func (q *Queue[K]) Len() int {
-	n := 0
-	for i := range q.shards {
-		sh := &q.shards[i]
-		sh.mu.Lock()
-		n += sh.turns.Len()
-		sh.mu.Unlock()
-	}
-	return n
+	return q.sum(func(t *Table[K, turn]) int { return t.Len() })
 }
 
 // Slots returns the number of table slots of every shard now: after a
 // storm of keys ends, at most MinSlots per shard.
 func (q *Queue[K]) Slots() int {
+	return q.sum(func(t *Table[K, turn]) int { return t.Slots() })
+}
+
+// sum adds f of every shard's table, under each shard's mutex in turn.
+func (q *Queue[K]) sum(f func(*Table[K, turn]) int) int {
 	n := 0
 	for i := range q.shards {
 		sh := &q.shards[i]
 		sh.mu.Lock()
-		n += sh.turns.Slots()
+		n += f(&sh.turns)
 		sh.mu.Unlock()
 	}
 	return n

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -19,13 +20,9 @@ var errClosed = errors.New("closed")
 
 type lockID struct{ ns, id int32 }
 
-func hashID(id lockID) uint64 {
-	h := uint64(uint32(id.ns))<<32 | uint64(uint32(id.id))
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	return h
-}
+var seed = maphash.MakeSeed()
+
+func hashID(id lockID) uint64 { return maphash.Comparable(seed, id) }
 
 func newTestQueue() *Queue[lockID] { return NewQueue(16, hashID) }
 
