@@ -99,10 +99,10 @@ type Claim struct {
 	// Claimer.watchLost).
 	onLost context.CancelCauseFunc
 	// lostSeen, guarded by sh.mu, is set once the loss of the lock was
-	// reported.
-	lostSeen bool
+	// reported; watched, once watchLost registered lostWatch.
+	lostSeen, watched bool
 	// lostWatch is the claim's registration with its lock (see
-	// lockstore.AfterLost), from its grant to its release.
+	// lockstore.AfterLost), from watchLost to its release.
 	lostWatch afterlost.Node
 }
 
@@ -217,7 +217,6 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		return nil, ErrAlreadyTaken
 	}
 
-	cl.watch()
 	isTaken, lerr := lookup(ctx, taken)
 	switch {
 	case lerr != nil:

@@ -624,7 +624,7 @@ func TestWatchLost(t *testing.T) {
 		requireNothingHeld(t, store, c)
 	})
 
-	t.Run("watched after the loss: reported at once", func(t *testing.T) {
+	t.Run("watched after the loss: reported", func(t *testing.T) {
 		t.Parallel()
 		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 		holder, err := c.Claim(ctx, k, notTaken)
@@ -632,7 +632,6 @@ func TestWatchLost(t *testing.T) {
 		require.NoError(t, store.Reset(ctx))
 		lost := newLostCause()
 		c.watchLost(holder, lost.cancel)
-		require.Len(t, lost.ch, 1, "watchLost on a lost claim reports it before returning")
 		lost.require(t)
 		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 		requireNothingHeld(t, store, c)

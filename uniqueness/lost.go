@@ -7,16 +7,18 @@ import (
 	"github.com/claimbus/claimbus/internal/afterlost"
 )
 
-// A Claimer learns that a claim's lock was lost from the lock's store, at
-// once (see lockstore.AfterLost): each claim registers with its lock when
-// granted and stops at its release, with no goroutine or timer of its own.
-// A claim whose lock is lost before the next claimant of this process is
-// granted the key is reported at that grant at the latest.
+// A Claimer learns that a watched claim's lock was lost from the lock's
+// store, at once (see lockstore.AfterLost): watchLost registers the claim
+// with its lock and its release stops the registration, with no goroutine
+// or timer of the Claimer's own. A claim whose lock is lost before the
+// next claimant of this process is granted the key is reported at that
+// grant at the latest.
 
 // watchLost arranges for f to be called, once, with an error matching
 // ErrClaimLost and naming the key, if cl's lock is lost before cl is
-// released: at once when it was lost already. One function per claim: a
-// later call replaces it.
+// released. One function per claim: a later call replaces it. It must not
+// run at the same time as cl's Release (the middleware calls it before it
+// hands its claims on).
 func (c *Claimer) watchLost(cl *Claim, f context.CancelCauseFunc) {
 	cl.sh.mu.Lock()
 	if cl.st == nil {
@@ -29,7 +31,13 @@ func (c *Claimer) watchLost(cl *Claim, f context.CancelCauseFunc) {
 		return
 	}
 	cl.onLost = f
+	first := !cl.watched
+	cl.watched = true
 	cl.sh.mu.Unlock()
+	if first {
+		// Outside sh.mu: a store may tell the claim of a loss at once.
+		afterlost.Watch(cl.lock, &cl.lostWatch, cl)
+	}
 }
 
 // LockLost reports the loss of the claim's lock to its function, if any;
@@ -65,17 +73,13 @@ func (cl *Claim) lostError() error {
 	return fmt.Errorf("%w: %s", ErrClaimLost, cl.key)
 }
 
-// watch registers the claim, just granted, with its lock, so that the store
-// tells it of a loss.
-func (cl *Claim) watch() {
-	afterlost.Watch(cl.lock, &cl.lostWatch, cl)
-}
-
-// unwatch forgets the claim's function and stops its registration.
-// cl.sh.mu is held.
+// unwatch forgets the claim's function and stops its registration, if
+// any. cl.sh.mu is held.
 func (cl *Claim) unwatch() {
 	cl.onLost = nil
-	cl.lostWatch.Stop()
+	if cl.watched {
+		cl.lostWatch.Stop()
+	}
 }
 
 // isClosed reports whether ch is closed (or has a value ready).

@@ -53,12 +53,18 @@ type Node struct {
 	state  atomic.Uint32
 	// next links the nodes of one List; the List's owner guards it.
 	next *Node
-	// stop ends a watch that is not in a List: a third-party store's
-	// registration, or the fallback goroutine.
+}
+
+// stopTarget is the target of a watch that is not in a List, a
+// third-party store's registration or the fallback goroutine, with what
+// ends it.
+type stopTarget struct {
+	Target
 	stop func() bool
 }
 
-// Watch registers n to tell t when l is lost: through l's WatchLost when l
+// Watch registers n to tell t when l is lost, and must return before n's
+// Stop is called: through l's WatchLost when l
 // is a lock of this module, through its AfterLost when it has one, and
 // otherwise with one goroutine that waits for l's Lost channel until then
 // or until n.Stop. A lock whose Lost is nil is never lost.
@@ -68,14 +74,16 @@ func Watch(l lostChan, n *Node, t Target) {
 	case Watcher:
 		w.WatchLost(n)
 	case notifier:
-		n.stop = w.AfterLost(n.Fire)
+		st := &stopTarget{Target: t}
+		n.target = st
+		st.stop = w.AfterLost(n.Fire)
 	default:
 		lost := l.Lost()
 		if lost == nil {
 			return
 		}
 		done := make(chan struct{})
-		n.stop = func() bool { close(done); return true }
+		n.target = &stopTarget{Target: t, stop: func() bool { close(done); return true }}
 		go func() {
 			select {
 			case <-lost:
@@ -92,8 +100,8 @@ func (n *Node) Stop() bool {
 	if !n.state.CompareAndSwap(pending, stopped) {
 		return false
 	}
-	if n.stop != nil {
-		n.stop()
+	if st, ok := n.target.(*stopTarget); ok {
+		st.stop()
 	}
 	return true
 }
