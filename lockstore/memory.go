@@ -113,7 +113,7 @@ type memShard struct {
 	seq int64
 	// lost counts the locks of the shard that ended lost.
 	lost  int64
-	locks keyqueue.Table[Key, memLock]
+	locks keyqueue.Table[Key, memLock, *memLock]
 	// Keep the hot fields of neighbouring shards on different cache lines.
 	_ [64]byte
 }
@@ -329,7 +329,7 @@ func (m *Memory) Close() error {
 					}
 				}
 			}
-			s.locks = keyqueue.Table[Key, memLock]{}
+			s.locks = keyqueue.Table[Key, memLock, *memLock]{}
 			s.mu.Unlock()
 		}
 		for _, c := range fire {
@@ -398,7 +398,7 @@ func (s *memShard) grant(h uint64, key Key) *memLock {
 	if s.m.ttl > 0 {
 		s.startLease(l)
 	}
-	s.locks.Put(h, key, l)
+	s.locks.Put(h, l)
 	return l
 }
 
@@ -420,7 +420,7 @@ func (s *memShard) handTo(l *memLock, w *waiter) {
 	if s.m.ttl > 0 {
 		s.startLease(&v.lock)
 	}
-	s.locks.Set(l.hash, l.key, &w.Value.lock)
+	s.locks.Set(l.hash, &w.Value.lock)
 	v.state = granted
 	close(v.ready)
 }

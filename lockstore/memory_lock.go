@@ -70,6 +70,9 @@ func (l *memLock) extension() *lockExt {
 // Key is the key this lock holds.
 func (l *memLock) Key() Key { return l.key }
 
+// TableKey is the key of the lock in its shard's table.
+func (l *memLock) TableKey() Key { return l.key }
+
 // Token is the fencing token of this grant.
 func (l *memLock) Token() int64 { return l.token }
 

@@ -44,14 +44,15 @@ type Claimer struct {
 // back (see keyqueue.Table).
 type shard struct {
 	mu   sync.Mutex
-	keys keyqueue.Table[lockstore.Key, keyState]
+	keys keyqueue.Table[lockstore.Key, keyState, *keyState]
 	_    [64]byte
 }
 
 // keyState is what a Claimer knows about one key while claimants of this
 // process wait for it or hold it.
 type keyState struct {
-	// hash is the key's hash (see Claimer.hash).
+	// key and hash are the key's and its hash (see Claimer.hash).
+	key  lockstore.Key
 	hash uint64
 	// refs counts the claimants between entering Claim and leaving it with
 	// an error, or releasing their claim. The entry goes at zero.
@@ -71,6 +72,9 @@ type keyState struct {
 	// claim whose lock was lost.
 	holder *Claim
 }
+
+// TableKey is the key of the state in its shard's table.
+func (st *keyState) TableKey() lockstore.Key { return st.key }
 
 // statePool recycles keyStates, so that an uncontended claim does not
 // allocate one.
@@ -158,8 +162,8 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	st := sh.keys.Get(h, key)
 	if st == nil {
 		st = statePool.Get().(*keyState)
-		st.hash = h
-		sh.keys.Put(h, key, st)
+		st.key, st.hash = key, h
+		sh.keys.Put(h, st)
 	}
 	st.refs++
 	st.waiting++

@@ -17,26 +17,29 @@ import (
 type Queue[K comparable] struct {
 	hash   func(K) uint64
 	shards []queueShard[K]
+	// free recycles the entries of keys, so that a take allocates none.
+	free sync.Pool
 	// waiters counts the callers waiting in Take now.
 	waiters atomic.Int64
 }
 
 type queueShard[K comparable] struct {
 	mu sync.Mutex
-	// turns holds a key while its turn is taken; its entry is idle (shared,
-	// never changed) until a second caller queues behind the holder, and
-	// then that key's own until its last Pass.
-	turns Table[K, turn]
-	idle  turn
+	// turns holds a key while its turn is taken, until its last Pass.
+	turns Table[K, turn[K], *turn[K]]
 	// Keep neighbouring shards' mutexes on different cache lines.
 	_ [64]byte
 }
 
 // turn is the state of one key whose turn is taken: the callers waiting
 // for it, first come first served.
-type turn struct {
+type turn[K comparable] struct {
+	key     K
 	waiting List[turnWait]
 }
+
+// TableKey returns the turn's key.
+func (t *turn[K]) TableKey() K { return t.key }
 
 // turnWait is one Take waiting for a turn. ready gets one value when the
 // turn is handed to it; granted, guarded by the shard's mutex, says so.
@@ -60,6 +63,16 @@ func NewQueue[K comparable](shards int, hash func(K) uint64) *Queue[K] {
 	return &Queue[K]{hash: hash, shards: make([]queueShard[K], shards)}
 }
 
+// newTurn returns an entry for key from the pool.
+func (q *Queue[K]) newTurn(key K) *turn[K] {
+	t, _ := q.free.Get().(*turn[K])
+	if t == nil {
+		t = new(turn[K])
+	}
+	t.key = key
+	return t
+}
+
 // shard returns key's shard and hash.
 func (q *Queue[K]) shard(key K) (*queueShard[K], uint64) {
 	h := q.hash(key)
@@ -76,7 +89,7 @@ func (q *Queue[K]) TryTake(key K) bool {
 	if sh.turns.Get(h, key) != nil {
 		return false
 	}
-	sh.turns.Put(h, key, &sh.idle)
+	sh.turns.Put(h, q.newTurn(key))
 	return true
 }
 
@@ -89,13 +102,9 @@ func (q *Queue[K]) Take(ctx context.Context, closing <-chan struct{}, closed err
 	sh.mu.Lock()
 	t := sh.turns.Get(h, key)
 	if t == nil {
-		sh.turns.Put(h, key, &sh.idle)
+		sh.turns.Put(h, q.newTurn(key))
 		sh.mu.Unlock()
 		return nil
-	}
-	if t == &sh.idle {
-		t = &turn{}
-		sh.turns.Set(h, key, t)
 	}
 	w := waiterPool.Get().(*Waiter[turnWait])
 	t.waiting.Push(w)
@@ -146,6 +155,8 @@ func (q *Queue[K]) Pass(key K) {
 	w := t.waiting.Pop()
 	if w == nil {
 		sh.turns.Delete(h, key)
+		*t = turn[K]{}
+		q.free.Put(t)
 		return
 	}
 	w.Value.granted = true
@@ -182,17 +193,17 @@ func (q *Queue[K]) Waiters() int64 { return q.waiters.Load() }
 // Len returns the number of keys whose turn is held now. The Queue keeps
 // nothing else.
 func (q *Queue[K]) Len() int {
-	return q.sum(func(t *Table[K, turn]) int { return t.Len() })
+	return q.sum(func(t *Table[K, turn[K], *turn[K]]) int { return t.Len() })
 }
 
 // Slots returns the number of table slots of every shard now: after a
 // storm of keys ends, at most MinSlots per shard.
 func (q *Queue[K]) Slots() int {
-	return q.sum(func(t *Table[K, turn]) int { return t.Slots() })
+	return q.sum(func(t *Table[K, turn[K], *turn[K]]) int { return t.Slots() })
 }
 
 // sum adds f of every shard's table, under each shard's mutex in turn.
-func (q *Queue[K]) sum(f func(*Table[K, turn]) int) int {
+func (q *Queue[K]) sum(f func(*Table[K, turn[K], *turn[K]]) int) int {
 	n := 0
 	for i := range q.shards {
 		sh := &q.shards[i]

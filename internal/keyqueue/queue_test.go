@@ -233,7 +233,7 @@ func countHeldIn(q *Queue[lockID], ns int32) int {
 		sh := &q.shards[i]
 		sh.mu.Lock()
 		for i := range sh.turns.slots {
-			if s := &sh.turns.slots[i]; s.val != nil && s.key.ns == ns {
+			if s := &sh.turns.slots[i]; s.val != nil && s.val.key.ns == ns {
 				n++
 			}
 		}

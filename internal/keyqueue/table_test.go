@@ -15,6 +15,8 @@ type entry struct {
 	h   uint64
 }
 
+func (e *entry) TableKey() testKey { return e.key }
+
 // TestTable checks the table against a map under random puts, sets and
 // deletes, with hashes from a small range so that probe runs collide, wrap
 // around the end of the slots and get shifted back on delete. (It was the
@@ -25,7 +27,7 @@ func TestTable(t *testing.T) {
 		t.Run(strconv.FormatUint(hashes, 10), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(1, hashes))
-			var table Table[testKey, entry]
+			var table Table[testKey, entry, *entry]
 			want := map[testKey]*entry{}
 			for step := range 20000 {
 				id := rng.IntN(300)
@@ -36,14 +38,14 @@ func TestTable(t *testing.T) {
 				switch {
 				case got == nil:
 					e := &entry{key: key, h: h}
-					table.Put(h, key, e)
+					table.Put(h, e)
 					want[key] = e
 				case rng.IntN(2) == 0:
 					table.Delete(h, key)
 					delete(want, key)
 				default:
 					e := &entry{key: key, h: h}
-					table.Set(h, key, e)
+					table.Set(h, e)
 					want[key] = e
 				}
 				require.Equal(t, len(want), table.Len())
@@ -61,7 +63,7 @@ func TestTable(t *testing.T) {
 	}
 }
 
-func requireTableConsistent(t *testing.T, table *Table[testKey, entry], want map[testKey]*entry) {
+func requireTableConsistent(t *testing.T, table *Table[testKey, entry, *entry], want map[testKey]*entry) {
 	t.Helper()
 	n := 0
 	for e := range table.All {
@@ -77,12 +79,13 @@ func requireTableConsistent(t *testing.T, table *Table[testKey, entry], want map
 
 func TestZeroTable(t *testing.T) {
 	t.Parallel()
-	var table Table[int, entry]
-	require.Nil(t, table.Get(1, 1))
+	var table Table[testKey, entry, *entry]
+	k := testKey{ns: "z", id: "1"}
+	require.Nil(t, table.Get(1, k))
 	require.Zero(t, table.Slots())
-	e := &entry{}
-	table.Put(1, 1, e)
-	require.Same(t, e, table.Get(1, 1))
+	e := &entry{key: k, h: 1}
+	table.Put(1, e)
+	require.Same(t, e, table.Get(1, k))
 	require.Equal(t, MinSlots, table.Slots())
 }
 
