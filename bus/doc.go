@@ -45,12 +45,20 @@
 //
 // # Transports
 //
-// With no Publisher, the bus works in process: Dispatch and Send hand the
-// command to its handler on a worker goroutine of the bus, and the reply back,
-// with the same encoding of the command and of the reply, the same
-// middleware and the same error semantics as over a transport. It behaves
-// as a GoChannel private to the bus, without the GoChannel's message
-// copies, goroutines and per-topic subscriptions.
+// The default transport is none: with no Publisher (the zero Config), the
+// bus works in process, without Watermill Pub/Sub, GoChannel or topics.
+// Dispatch and Send encode the command as a message (the same marshaler
+// and OnSend), hand it to one of the bus's worker goroutines
+// (Config.HandlerConcurrency of them; Send waits for a free one until its
+// ctx ends), which runs it through the same middleware.Runner, and the
+// reply back, encoded as over a transport: the same results, rejections
+// and errors reach the sender. What differs: a command without a handler
+// fails at the sender with ErrNoHandler (through a transport it waits for
+// a handler, or is answered invalid by a node that does not know it);
+// a Dispatch whose ctx is cancelled before its handler started skips it
+// (through a transport only the deadline travels); there is no ack, no
+// redelivery and no PoisonTopic. A GoChannel is a transport like any
+// other: set it as Publisher and Subscriber.
 //
 // With a Publisher and Subscriber (any Watermill Pub/Sub), commands go to
 // one topic per command name (Config.CommandTopic) and replies to one
@@ -58,7 +66,13 @@
 // one reply subscription; replies find their waiter by command id. A reply
 // to a command this bus sent itself is handed over in process, without the
 // transport. Package bus/sqltransport carries commands and replies through
-// PostgreSQL, each command handled once across nodes.
+// PostgreSQL and bus/natstransport through NATS JetStream, each command
+// handled once across nodes.
+//
+// Package bus/bustest holds the conformance suite every transport passes
+// (bustest.Run: in process, GoChannel, bus/sqltransport, bus/natstransport),
+// which you can run against your own Pub/Sub, and a test bus with memory
+// stores for an application's integration tests (bustest.NewBus).
 //
 // # Lifecycle
 //

@@ -2,9 +2,6 @@ package bus_test
 
 import (
 	"context"
-	"errors"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,40 +57,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestLifecycle(t *testing.T) {
-	t.Parallel()
-	inEachMode(t, func(t *testing.T, cfg bus.Config) {
-		b, err := bus.New(cfg)
-		require.NoError(t, err)
-		echo := func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }
-		require.NoError(t, bus.Handle(b, echo))
-		require.ErrorIs(t, bus.Handle(b, echo), bus.ErrDuplicateHandler)
-		require.Error(t, bus.Handle[Echo, string](b, nil))
-
-		_, err = bus.Dispatch[string](context.Background(), b, &Echo{})
-		require.ErrorIs(t, err, bus.ErrNotStarted)
-		require.ErrorIs(t, b.Send(context.Background(), &Echo{}), bus.ErrNotStarted)
-
-		require.NoError(t, b.Start(context.Background()))
-		require.ErrorIs(t, b.Start(context.Background()), bus.ErrStarted)
-		require.ErrorIs(t, bus.Handle(b, func(context.Context, *Fail) (string, error) { return "", nil }), bus.ErrStarted)
-		_, err = bus.Dispatch[string](context.Background(), b, nil)
-		require.ErrorIs(t, err, bus.ErrNilCommand)
-
-		got, err := bus.Dispatch[string](context.Background(), b, &Echo{Text: "up"})
-		require.NoError(t, err)
-		require.Equal(t, "up", got)
-
-		require.NoError(t, b.Close())
-		require.NoError(t, b.Close(), "Close is idempotent")
-		_, err = bus.Dispatch[string](context.Background(), b, &Echo{})
-		require.ErrorIs(t, err, bus.ErrClosed)
-		require.ErrorIs(t, b.Send(context.Background(), &Echo{}), bus.ErrClosed)
-		require.ErrorIs(t, b.Start(context.Background()), bus.ErrClosed)
-		require.Zero(t, b.Pending())
-	})
-}
-
 func TestCloseBeforeStart(t *testing.T) {
 	t.Parallel()
 	b, err := bus.New(bus.Config{})
@@ -128,61 +91,6 @@ func TestRun(t *testing.T) {
 	require.ErrorIs(t, err, bus.ErrClosed)
 }
 
-// A Dispatch waiting for a reply that cannot come gets ErrClosed at Close.
-func TestCloseFailsPendingDispatch(t *testing.T) {
-	t.Parallel()
-	ps := newGoChannel(t)
-	b := startBus(t, bus.Config{Publisher: ps, Subscriber: ps}, nil)
-	done := make(chan error)
-	go func() {
-		_, err := bus.Dispatch[struct{}](context.Background(), b, &Orphan{})
-		done <- err
-	}()
-	eventually(t, func() bool { return b.Pending() == 1 }, "the dispatch to wait")
-	require.NoError(t, b.Close())
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, bus.ErrClosed)
-		require.ErrorContains(t, err, "bus_test.Orphan")
-	case <-time.After(10 * time.Second):
-		t.Fatal("Dispatch did not return at Close")
-	}
-	require.Zero(t, b.Pending())
-}
-
-// Close lets running handlers finish and reply; after CloseTimeout it
-// cancels their context.
-func TestCloseWaitsThenCancelsHandlers(t *testing.T) {
-	t.Parallel()
-	inEachMode(t, func(t *testing.T, cfg bus.Config) {
-		started := make(chan struct{})
-		cfg.CloseTimeout = 50 * time.Millisecond
-		afterRan := make(chan error, 1)
-		cfg.Middleware = []middleware.Middleware{middleware.Hooks{AfterFail: func(ctx context.Context, p *middleware.Pipeline) {
-			afterRan <- p.Err()
-		}}}
-		b := startBus(t, cfg, func(b *bus.Bus) {
-			require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *Block) (int, error) {
-				close(started)
-				<-ctx.Done()
-				return 0, ctx.Err()
-			}))
-		})
-		done := make(chan error)
-		go func() {
-			_, err := bus.Dispatch[int](context.Background(), b, &Block{})
-			done <- err
-		}()
-		<-started
-		require.NoError(t, b.Close())
-		// The handler's answer reached the sender before Close returned.
-		var remote *middleware.RemoteError
-		require.ErrorAs(t, <-done, &remote)
-		require.Equal(t, context.Canceled.Error(), remote.Message)
-		require.ErrorIs(t, <-afterRan, context.Canceled, "the after hooks ran")
-	})
-}
-
 // HandlerConcurrency bounds the handlers running at once; a Send waits for
 // a free slot until its ctx ends.
 func TestHandlerConcurrencyBound(t *testing.T) {
@@ -213,61 +121,4 @@ func TestHandlerConcurrencyBound(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, got)
 	require.Len(t, started, 1, "only commands 1, 2 and 5 ran")
-}
-
-// A Close that finds another Close under way waits for it: when it
-// returns, every handler has returned.
-func TestConcurrentCloseWaits(t *testing.T) {
-	t.Parallel()
-	inEachMode(t, func(t *testing.T, cfg bus.Config) {
-		cfg.CloseTimeout = time.Second
-		started := make(chan struct{})
-		var returned atomic.Bool
-		b := startBus(t, cfg, func(b *bus.Bus) {
-			require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *Block) (int, error) {
-				close(started)
-				<-ctx.Done() // cancelled by Close after CloseTimeout
-				returned.Store(true)
-				return 0, nil
-			}))
-		})
-		require.NoError(t, b.Send(context.Background(), &Block{}))
-		<-started
-		first := make(chan error, 1)
-		go func() { first <- b.Close() }()
-		eventually(t, func() bool {
-			return errors.Is(b.Send(context.Background(), &Block{}), bus.ErrClosed)
-		}, "the first Close to begin")
-		require.NoError(t, b.Close())
-		require.True(t, returned.Load(), "the second Close returned before the handler")
-		require.NoError(t, <-first)
-	})
-}
-
-// A handler that ends its goroutine with runtime.Goexit (t.FailNow, say)
-// answers its sender with an error, acks, and frees its worker slot.
-func TestHandlerGoexit(t *testing.T) {
-	t.Parallel()
-	inEachMode(t, func(t *testing.T, cfg bus.Config) {
-		cfg.HandlerConcurrency = 1
-		b := startBus(t, cfg, func(b *bus.Bus) {
-			require.NoError(t, bus.Handle(b, func(context.Context, *Block) (int, error) {
-				runtime.Goexit()
-				return 0, nil
-			}))
-			require.NoError(t, bus.Handle(b, func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }))
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for range 3 {
-			_, err := bus.Dispatch[int](ctx, b, &Block{})
-			var remote *middleware.RemoteError
-			require.ErrorAs(t, err, &remote, "an answer, not a timeout: %v", err)
-			require.Contains(t, remote.Message, "runtime.Goexit")
-		}
-		got, err := bus.Dispatch[string](ctx, b, &Echo{Text: "still serving"})
-		require.NoError(t, err)
-		require.Equal(t, "still serving", got)
-		require.Zero(t, b.Pending())
-	})
 }

@@ -56,14 +56,31 @@
 // (the store's KeyOrder when it has one), so that two callers can never
 // deadlock on each other.
 //
+// # Transaction locks
+//
+// The SQL backends also lock inside database transactions: TxLocker is
+// that contract (Serialize, Exclusive, WithTx), stated once on the
+// interface and implemented by lockstore/postgres and lockstore/sqlite,
+// whose generic free functions Serialize and Exclusive do the same and
+// return a value of fn's too. In short: one fn at a time per key, with a
+// rising fencing token; Serialize commits when fn returns nil and rolls
+// back on an error, a panic, a done ctx or a lock the store ended
+// (ErrLockLost); calls nest in savepoints of the open transaction (the
+// same key reuses its token); WithTx attaches a caller's own transaction.
+// lockstoretest.RunTx is its conformance suite, which both backends pass
+// and which a new SQL backend runs too; what differs between them (how the
+// lock is taken, what ends it, timeouts) is in each backend's package
+// documentation.
+//
 // # Effects after commit
 //
 // AfterCommit registers a function to run once the outermost transaction
-// opened by a backend's Serialize has committed and released its lock; it is
-// dropped on rollback, and runs at once outside any transaction. A nested
-// Serialize runs in a savepoint: when its fn fails, its writes and the
-// functions registered inside it are dropped, whatever the enclosing fn
-// does next (NestEffects is the backends' side of this).
+// opened by a backend's Serialize has committed and released its lock, in
+// the order registered; it is dropped on rollback, and runs at once
+// outside any transaction. A nested Serialize runs in a savepoint: when
+// its fn fails, its writes and the functions registered inside it are
+// dropped, whatever the enclosing fn does next (NewEffects and NestEffects
+// are the backends' side of this).
 //
 // # Fencing tokens in critical sections
 //

@@ -15,36 +15,33 @@ import (
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
+	// Each configuration, with the problems its error names (none: valid).
+	tests := map[string]struct {
 		cfg  natstransport.Config
 		want []string
 	}{
-		{"valid", natstransport.Config{NodeID: "node 1/é"}, nil},
-		{"valid, every field", natstransport.Config{
+		"valid": {natstransport.Config{NodeID: "node 1/é"}, nil},
+		"valid, every field": {natstransport.Config{
 			NodeID: "n", Stream: "S-1_x", SubjectPrefix: "app.claimbus-1", DurablePrefix: "d_1",
 			AckWait: time.Second, MaxAckPending: 10, RequestTimeout: time.Second, ReconnectWait: time.Second,
 			Replicas: 3, MemoryStorage: true, NatsOptions: []nats.Option{nats.Name("x")},
 		}, nil},
-		{"every problem", natstransport.Config{
+		"every problem": {natstransport.Config{
 			Stream: "a.b", SubjectPrefix: "a..b", DurablePrefix: "a b",
 			AckWait: -1, RequestTimeout: -1, ReconnectWait: -1, MaxAckPending: -1, Replicas: 6,
 			NatsOptions: []nats.Option{nil},
 		}, []string{"NodeID is required", "Stream", "SubjectPrefix", "DurablePrefix", "AckWait is negative",
 			"RequestTimeout is negative", "ReconnectWait is negative", "MaxAckPending is negative", "Replicas 6",
 			"NatsOptions[0] is nil"}},
-		{"ack wait too short", natstransport.Config{NodeID: "n", AckWait: time.Microsecond}, []string{"below a millisecond"}},
-		{"wildcard prefix", natstransport.Config{NodeID: "n", SubjectPrefix: "a.>"}, []string{"SubjectPrefix"}},
-		{"reserved prefix", natstransport.Config{NodeID: "n", SubjectPrefix: "$JS"}, []string{"SubjectPrefix"}},
-		{"negative replicas", natstransport.Config{NodeID: "n", Replicas: -1}, []string{"Replicas -1"}},
+		"ack wait too short": {natstransport.Config{NodeID: "n", AckWait: time.Microsecond}, []string{"below a millisecond"}},
+		"wildcard prefix":    {natstransport.Config{NodeID: "n", SubjectPrefix: "a.>"}, []string{"SubjectPrefix"}},
+		"reserved prefix":    {natstransport.Config{NodeID: "n", SubjectPrefix: "$JS"}, []string{"SubjectPrefix"}},
+		"negative replicas":  {natstransport.Config{NodeID: "n", Replicas: -1}, []string{"Replicas -1"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
 			err := tt.cfg.Validate()
-			if tt.want == nil {
-				require.NoError(t, err)
-				return
-			}
+			require.Equal(t, tt.want == nil, err == nil, "Validate() = %v", err)
 			for _, w := range tt.want {
 				require.ErrorContains(t, err, w)
 			}

@@ -22,39 +22,6 @@ import (
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
-// A handler that never answers, as on a node that hangs or died before it
-// acked: after AckWait the server delivers the command again, to any node,
-// and the sender gets the reply of that second run.
-func TestRedeliveryAfterAckWait(t *testing.T) {
-	t.Parallel()
-	srv := natstest.Start(t)
-	cfg := natstransport.Config{AckWait: 300 * time.Millisecond}
-	release := make(chan struct{})
-	defer close(release)
-	var runs atomic.Int32
-	reg := func(id string) func(b *bus.Bus) {
-		return func(b *bus.Bus) {
-			require.NoError(t, bus.Handle(b, func(_ context.Context, c *Block) (string, error) {
-				if runs.Add(1) == 1 {
-					<-release // the first run hangs
-					return "first", nil
-				}
-				return id, nil
-			}))
-		}
-	}
-	newNode(t, srv.URL(), "node-b", cfg, bus.Config{}, reg("node-b"))
-	newNode(t, srv.URL(), "node-c", cfg, bus.Config{}, reg("node-c"))
-	a := newNode(t, srv.URL(), "node-a", cfg, bus.Config{}, nil)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	got, err := bus.Dispatch[string](ctx, a.bus, &Block{ID: 1})
-	require.NoError(t, err)
-	require.Contains(t, []string{"node-b", "node-c"}, got, "the reply of the second run")
-	require.EqualValues(t, 2, runs.Load())
-}
-
 // A nacked message is delivered again at once, not after AckWait.
 func TestNackRedeliversAtOnce(t *testing.T) {
 	t.Parallel()

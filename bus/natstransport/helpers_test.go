@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/bustest"
 	"github.com/claimbus/claimbus/bus/natstransport"
 )
 
@@ -18,24 +19,25 @@ type node struct {
 	bus *bus.Bus
 }
 
+// newTransport opens a transport for node id on the NATS server at url,
+// closed when the test ends.
+func newTransport(t testing.TB, url, id string, cfg natstransport.Config) *natstransport.Transport {
+	t.Helper()
+	cfg.NodeID = id
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := natstransport.New(ctx, url, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tr.Close()) })
+	return tr
+}
+
 // newNode starts a node on the NATS server at url; reg registers its
 // handlers. Everything is closed when the test ends, the bus first.
 func newNode(t testing.TB, url, id string, tcfg natstransport.Config, bcfg bus.Config, reg func(b *bus.Bus)) *node {
 	t.Helper()
-	tcfg.NodeID = id
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tr, err := natstransport.New(ctx, url, tcfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, tr.Close()) })
-	b, err := bus.New(tr.BusConfig(bcfg))
-	require.NoError(t, err)
-	if reg != nil {
-		reg(b)
-	}
-	require.NoError(t, b.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
-	return &node{tr: tr, bus: b}
+	tr := newTransport(t, url, id, tcfg)
+	return &node{tr: tr, bus: bustest.StartBus(t, tr.BusConfig(bcfg), reg)}
 }
 
 // inspector reads the state of the stream and consumers of a transport,
@@ -97,11 +99,5 @@ func (in *inspector) consumerExists(tr *natstransport.Transport, topic string) b
 // eventually polls cond until it holds or a deadline passes.
 func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, msg)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/bustest"
 	"github.com/claimbus/claimbus/bus/sqltransport"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/middleware"
@@ -25,7 +25,7 @@ import (
 func TestPublishUnavailable(t *testing.T) {
 	t.Parallel()
 	cluster := pgtest.NewCluster(t)
-	n := newNode(t, cluster.DSN(), "solo", sqltransport.Config{}, bus.Config{}, registerRoundTrip(t))
+	n := newNode(t, cluster.DSN(), "solo", sqltransport.Config{}, bus.Config{}, registerEcho(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	got, err := bus.Dispatch[string](ctx, n.bus, &Echo{Text: "before"})
@@ -57,80 +57,33 @@ func TestPublishUnavailable(t *testing.T) {
 	}, "a round trip once the database is back")
 }
 
-// unwrapAll returns what err wraps, one level down.
-func unwrapAll(err error) []error {
-	if u, ok := err.(interface{ Unwrap() []error }); ok {
-		return u.Unwrap()
-	}
-	if e := errors.Unwrap(err); e != nil {
-		return []error{e}
-	}
-	return nil
-}
-
-// Hold blocks its handler until the test releases it.
-type Hold struct{ N int }
-
 // A Dispatch waiting for its reply when the database crashes returns at
 // once, unavailable with its outcome unknown, instead of waiting until its
 // deadline for a reply the crash may have lost (with synchronous_commit
 // off, as pgtest's clusters run, a crash forgets the last commits): the
 // LISTEN connection sees the loss, or with DisableNotify a subscription's
-// query. Once the database is back, round trips work again on their own.
+// query. Once the database is back, round trips work again on their own:
+// the suite's LossNotifier check, on a cluster that crashes.
 func TestDispatchFailsWhenTheDatabaseCrashes(t *testing.T) {
 	t.Parallel()
 	for _, notify := range []bool{true, false} {
 		t.Run(fmt.Sprintf("notify=%v", notify), func(t *testing.T) {
 			t.Parallel()
-			cluster := pgtest.NewCluster(t)
-			release := make(chan struct{})
-			var releaseOnce sync.Once
-			defer releaseOnce.Do(func() { close(release) })
-			started := make(chan struct{}, 1)
-			n := newNode(t, cluster.DSN(), "solo", sqltransport.Config{DisableNotify: !notify}, bus.Config{}, func(b *bus.Bus) {
-				registerRoundTrip(t)(b)
-				require.NoError(t, bus.Handle(b, func(_ context.Context, c *Hold) (int, error) {
-					select {
-					case started <- struct{}{}:
-					default:
-					}
-					<-release
-					return c.N, nil
-				}))
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			errs := make(chan error, 1)
-			go func() {
-				_, err := bus.Dispatch[int](ctx, n.bus, &Hold{N: 1})
-				errs <- err
-			}()
-			select {
-			case <-started:
-			case <-ctx.Done():
-				t.Fatal("the handler never started")
-			}
-			require.NoError(t, cluster.Crash(ctx))
-			select {
-			case err := <-errs:
-				require.ErrorIs(t, err, middleware.ErrUnavailable)
-				require.ErrorIs(t, err, bus.ErrOutcomeUnknown)
-				var rej *middleware.Rejection
-				require.ErrorAs(t, err, &rej)
-				require.NotContains(t, rej.Message, "127.0.0.1", "the rejection tells nothing of the server")
-			case <-ctx.Done():
-				t.Fatal("the Dispatch waited until its deadline")
-			}
-			require.Zero(t, n.bus.Pending())
-			releaseOnce.Do(func() { close(release) })
-
-			require.NoError(t, cluster.Start(ctx))
-			eventually(t, func() bool {
-				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				defer cancel()
-				got, err := bus.Dispatch[string](dctx, n.bus, &Echo{Text: "after"})
-				return err == nil && got == "after"
-			}, "a round trip once the database is back")
+			bustest.Run(t, bustest.Harness{LossNotifier: true, Only: []string{"LossNotifier"}, NewBackend: func(t testing.TB) bustest.Backend {
+				cluster := pgtest.NewCluster(t)
+				return bustest.Backend{
+					Node: func(t testing.TB, cfg bus.Config, o bustest.NodeOptions) bus.Config {
+						_, tr := newTransport(t, cluster.DSN(), o.ID, sqltransport.Config{DisableNotify: !notify})
+						return tr.BusConfig(cfg)
+					},
+					LoseConnection: func(t testing.TB, _ string) {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						require.NoError(t, cluster.Crash(ctx))
+						require.NoError(t, cluster.Start(ctx))
+					},
+				}
+			}})
 		})
 	}
 }
@@ -141,7 +94,7 @@ func TestDispatchFailsWhenTheDatabaseCrashes(t *testing.T) {
 func TestPublishRecreatesAMissingTable(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
-	newNode(t, dsn, "node-b", sqltransport.Config{}, bus.Config{}, registerRoundTrip(t))
+	newNode(t, dsn, "node-b", sqltransport.Config{}, bus.Config{}, registerEcho(t))
 	a := newNode(t, dsn, "node-a", sqltransport.Config{}, bus.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

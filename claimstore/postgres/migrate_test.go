@@ -3,19 +3,16 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/claimstore/postgres"
-	"github.com/claimbus/claimbus/internal/migrate"
+	"github.com/claimbus/claimbus/internal/migrate/migratetest"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	lockpg "github.com/claimbus/claimbus/lockstore/postgres"
@@ -53,32 +50,18 @@ func release0(schema string) []string {
 	}
 }
 
-// appliedVersions lists the versions recorded in schema's version table,
-// version 0 (goose's mark of a new table) left out, one entry per row.
-func appliedVersions(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
-	t.Helper()
-	rows, err := pool.Query(migrateCtx(t), "SELECT version_id FROM "+pgx.Identifier{schema, postgres.VersionTable}.Sanitize()+
-		" WHERE is_applied AND version_id > 0 ORDER BY id")
-	require.NoError(t, err)
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	return versions
+var component = migratetest.Component{
+	Migrations: postgres.Migrations, SchemaVersion: postgres.SchemaVersion, VersionTable: postgres.VersionTable,
 }
 
-func allVersions() []int64 {
-	var vs []int64
-	for v := int64(1); v <= postgres.SchemaVersion; v++ {
-		vs = append(vs, v)
-	}
-	return vs
+func appliedVersions(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
+	t.Helper()
+	return migratetest.PostgresVersions(migrateCtx(t), t, pool, schema, component)
 }
 
 func TestSchemaVersionIsTheLatestMigration(t *testing.T) {
 	t.Parallel()
-	v, err := migrate.Latest(postgres.Migrations)
-	require.NoError(t, err)
-	require.Equal(t, v, postgres.SchemaVersion)
-	require.Positive(t, postgres.SchemaVersion)
+	migratetest.RequireLatest(t, component)
 }
 
 // TestMigrateUpgradesRelease0: tables the earlier release created, with
@@ -102,7 +85,7 @@ func TestMigrateUpgradesRelease0(t *testing.T) {
 	require.NoError(t, err)
 
 	s := newStore(t, dsn, postgres.Config{Schema: schema})
-	require.Equal(t, allVersions(), appliedVersions(t, pool, schema))
+	require.Equal(t, component.All(), appliedVersions(t, pool, schema))
 	held, reserved, err := s.Reserve(ctx, lockstore.Key{Namespace: "ns", ID: "held"}, "new-owner", time.Hour)
 	require.NoError(t, err)
 	require.False(t, reserved, "the old reservation survives")
@@ -145,7 +128,7 @@ func TestMigrateNodesStartingTogether(t *testing.T) {
 	for _, l := range locks {
 		require.NoError(t, l.Close())
 	}
-	require.Equal(t, allVersions(), appliedVersions(t, pools[0], postgres.DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pools[0], postgres.DefaultSchema))
 	var lockVersions int64
 	require.NoError(t, pools[0].QueryRow(migrateCtx(t), "SELECT count(*) FROM "+
 		pgx.Identifier{postgres.DefaultSchema, lockpg.VersionTable}.Sanitize()+" WHERE version_id > 0").Scan(&lockVersions))
@@ -166,26 +149,8 @@ func TestNoAutoMigrate(t *testing.T) {
 	_, err := postgres.New(ctx, pool, cfg)
 	require.ErrorIs(t, err, postgres.ErrSchemaOutdated)
 	require.ErrorContains(t, err, "Migrate")
-	var created bool
-	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", schema).Scan(&created))
-	require.False(t, created, "NoAutoMigrate creates nothing")
-
-	_, err = pool.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	cc, err := pgx.ParseConfig(u.String())
-	require.NoError(t, err)
-	db := stdlib.OpenDB(*cc)
-	defer func() { require.NoError(t, db.Close()) }()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, postgres.Migrations, goose.WithTableName(postgres.VersionTable))
-	require.NoError(t, err)
-	results, err := p.Up(ctx)
-	require.NoError(t, err)
-	require.Len(t, results, int(postgres.SchemaVersion))
+	migratetest.RequireNoPostgresSchema(ctx, t, pool, schema)
+	migratetest.GooseUpPostgres(ctx, t, pool, dsn, schema, component)
 
 	s, err := postgres.New(ctx, pool, cfg)
 	require.NoError(t, err)

@@ -29,7 +29,9 @@ type Backend interface {
 	// tx runs fn in a transaction, committed when fn returns nil.
 	tx(ctx context.Context, fn txFunc) error
 	// serialize runs fn in a transaction that holds key's lock (seed
-	// 003's serialize): one fn at a time per key, on every node.
+	// 003's serialize): one fn at a time per key, on every node. Both
+	// backends have it from txLocking, on their store's
+	// lockstore.TxLocker.
 	serialize(ctx context.Context, key lockstore.Key, fn txFunc) error
 	// isUniqueViolation reports whether err is a unique index refusing a
 	// row: the backstop under the claims.
@@ -50,6 +52,21 @@ type Backend interface {
 	// (bytes its encoding cannot hold, a value too long to index): the
 	// backstop under the validation, which keeps such values out.
 	isBadValue(err error) bool
+}
+
+// txLocking is a backend's serialize on its store's transaction locks
+// (lockstore.TxLocker, which both lock stores implement): Tx is the
+// store's transaction type, and wrap makes the handlers' querier of one.
+type txLocking[Tx, Q any] struct {
+	locker lockstore.TxLocker[Tx, Q]
+	wrap   func(Tx) querier
+}
+
+// serialize runs fn in the locker's Serialize, on its transaction.
+func (l txLocking[Tx, Q]) serialize(ctx context.Context, key lockstore.Key, fn txFunc) error {
+	return l.locker.Serialize(ctx, key, func(ctx context.Context, tx Tx) error {
+		return fn(ctx, l.wrap(tx))
+	})
 }
 
 // txFunc is the work of one transaction.

@@ -33,10 +33,16 @@ func Namespaces() map[string]int32 {
 // coordinate every node sharing that database. Give the store
 // Namespaces() in its Config.
 func PostgresBackend(store *postgres.Store) Backend {
-	return pgBackend{store: store}
+	return pgBackend{store: store, txLocking: txLocking[pgx.Tx, *pgx.Conn]{
+		locker: store,
+		wrap:   func(tx pgx.Tx) querier { return pgQuerier{tx} },
+	}}
 }
 
-type pgBackend struct{ store *postgres.Store }
+type pgBackend struct {
+	store *postgres.Store
+	txLocking[pgx.Tx, *pgx.Conn]
+}
 
 func (b pgBackend) Locker() lockstore.Locker { return b.store }
 func (b pgBackend) Name() string             { return "postgres" }
@@ -53,13 +59,6 @@ func (b pgBackend) tx(ctx context.Context, fn txFunc) error {
 	return pgx.BeginFunc(ctx, b.store.Pool(), func(tx pgx.Tx) error {
 		return fn(ctx, pgQuerier{tx})
 	})
-}
-
-func (b pgBackend) serialize(ctx context.Context, key lockstore.Key, fn txFunc) error {
-	_, err := postgres.Serialize(ctx, b.store, key, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
-		return struct{}{}, fn(ctx, pgQuerier{tx})
-	})
-	return err
 }
 
 func (pgBackend) isUniqueViolation(err error) bool {

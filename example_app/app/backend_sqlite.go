@@ -19,10 +19,16 @@ import (
 // file (see sqlite.New and sqlite.DSN). The store's in-process locks take
 // the claims and locks: an SQLite database has one node.
 func SQLiteBackend(store *sqlite.Store) Backend {
-	return sqliteBackend{store: store}
+	return sqliteBackend{store: store, txLocking: txLocking[*sql.Tx, sqlite.Querier]{
+		locker: store,
+		wrap:   func(tx *sql.Tx) querier { return sqlQuerier{tx} },
+	}}
 }
 
-type sqliteBackend struct{ store *sqlite.Store }
+type sqliteBackend struct {
+	store *sqlite.Store
+	txLocking[*sql.Tx, sqlite.Querier]
+}
 
 func (b sqliteBackend) Locker() lockstore.Locker { return b.store }
 func (b sqliteBackend) Name() string             { return "sqlite" }
@@ -53,13 +59,6 @@ func (b sqliteBackend) tx(ctx context.Context, fn txFunc) (err error) {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
-}
-
-func (b sqliteBackend) serialize(ctx context.Context, key lockstore.Key, fn txFunc) error {
-	_, err := sqlite.Serialize(ctx, b.store, key, func(ctx context.Context, tx *sql.Tx) (struct{}, error) {
-		return struct{}{}, fn(ctx, sqlQuerier{tx})
-	})
-	return err
 }
 
 func (sqliteBackend) isUniqueViolation(err error) bool {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -32,23 +33,27 @@ var shared struct {
 // sharedURL returns the URL of the shared server, starting it on first use.
 func sharedURL(t testing.TB) string {
 	t.Helper()
-	shared.once.Do(func() {
-		if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-			shared.url = u
-			if _, err := url.Parse(u); err != nil || !strings.HasPrefix(u, "postgres") {
-				shared.err = fmt.Errorf("TEST_DATABASE_URL must be a postgres:// URL, got %q", u)
-			}
-			return
-		}
-		shared.srv, shared.err = newServer(context.Background(), nil)
-		if shared.err == nil {
-			shared.url = shared.srv.dsn("postgres")
-		}
-	})
+	shared.once.Do(startShared)
 	if shared.err != nil {
 		skipOrFail(t, shared.err)
 	}
 	return shared.url
+}
+
+// startShared finds the shared server: the one TEST_DATABASE_URL names, or
+// a throwaway cluster it starts.
+func startShared() {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		shared.url = u
+		if _, err := url.Parse(u); err != nil || !strings.HasPrefix(u, "postgres") {
+			shared.err = fmt.Errorf("TEST_DATABASE_URL must be a postgres:// URL, got %q", u)
+		}
+		return
+	}
+	shared.srv, shared.err = newServer(context.Background(), nil)
+	if shared.err == nil {
+		shared.url = shared.srv.dsn("postgres")
+	}
 }
 
 // stopShared stops the throwaway cluster, if one was started, and removes
@@ -92,25 +97,53 @@ func (r mainRunner) Run() int {
 func DSN(t testing.TB) string {
 	t.Helper()
 	base := sharedURL(t)
-	name := databaseName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := adminExec(ctx, base, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := adminExec(ctx, base, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("pgtest: drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(base)
+	dsn, drop, err := newDatabase(ctx, base, databaseName(t.Name()))
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return dsn
+}
+
+// ExampleDatabase is DSN for a testable example, which has no testing.TB:
+// it creates a fresh database named after example on the shared server
+// (starting it on first use, in a package whose TestMain is Main) and
+// returns its connection string and the func that drops it. Without server
+// binaries it fails, as DSN does in CI.
+func ExampleDatabase(ctx context.Context, example string) (dsn string, drop func() error, err error) {
+	shared.once.Do(startShared)
+	if shared.err != nil {
+		return "", nil, fmt.Errorf("pgtest: %w: %s", shared.err, installHint)
+	}
+	return newDatabase(ctx, shared.url, databaseName(example))
+}
+
+// newDatabase creates the database name on the server base names, and
+// returns its URL and the func that drops it.
+func newDatabase(ctx context.Context, base, name string) (string, func() error, error) {
+	if err := adminExec(ctx, base, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("create database: %w", err)
+	}
+	drop := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := adminExec(ctx, base, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
+		return nil
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", nil, errors.Join(err, drop())
+	}
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), drop, nil
 }
 
 // adminExec runs one statement on a connection of its own.
@@ -124,11 +157,12 @@ func adminExec(ctx context.Context, dsn, sql string) error {
 	return err
 }
 
-// databaseName is a unique, valid identifier naming t's database: a prefix
-// of the test's name, for whoever reads pg_database, and random bytes.
-func databaseName(t testing.TB) string {
+// databaseName is a unique, valid identifier naming a test's database: a
+// prefix of the test's name, for whoever reads pg_database, and random
+// bytes.
+func databaseName(test string) string {
 	var b strings.Builder
-	for _, r := range strings.ToLower(t.Name()) {
+	for _, r := range strings.ToLower(test) {
 		if b.Len() == 30 {
 			break
 		}

@@ -201,3 +201,30 @@ func requireOpen(t *testing.T, ch <-chan struct{}, what string) {
 	default:
 	}
 }
+
+// goTogether starts n goroutines running f(i), counted in owner (the
+// subtest's, whose cleanup waits for it), and lets them all go at once.
+// The returned channel is closed once every f has returned.
+func goTogether(owner *sync.WaitGroup, n int, f func(i int)) <-chan struct{} {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		owner.Add(1)
+		go func() {
+			defer owner.Done()
+			defer wg.Done()
+			<-start
+			f(i)
+		}()
+	}
+	done := make(chan struct{})
+	owner.Add(1)
+	go func() {
+		defer owner.Done()
+		wg.Wait()
+		close(done)
+	}()
+	close(start)
+	return done
+}

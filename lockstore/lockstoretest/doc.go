@@ -15,6 +15,18 @@
 // hand on the store's clock (for the memory store, a Clock from this
 // package). Connection loss is backend-specific and tested by the backend.
 //
+// A SQL backend (a lockstore.TxLocker) also calls RunTx, with a function
+// that returns a TxStore: the store, a peer store on the same database,
+// and the suite's hands on that database (marker rows written and read
+// back, a transaction of the caller's own, a way to end a held lock):
+//
+//	func TestTxLockerConformance(t *testing.T) {
+//		lockstoretest.RunTx(t, func(t *testing.T) lockstoretest.TxStore[*sql.Tx, sqlite.Querier] {
+//			s := newStore(t)
+//			return lockstoretest.TxStore[*sql.Tx, sqlite.Querier]{Locker: s, Peer: s, Close: s.Close /* ... */}
+//		})
+//	}
+//
 // Every subtest runs in parallel on its own store with fresh keys, and waits
 // on signals (channels, or the store's WaitCounter polled with a deadline of
 // Timeout), never on sleeps. The store must implement WaitCounter, so that

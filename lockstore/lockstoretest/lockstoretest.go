@@ -403,46 +403,29 @@ func testMutualExclusion(b *bundle) {
 		staleToken atomic.Int64
 		finished   atomic.Int64
 		firstErr   atomic.Pointer[error]
-		wg         sync.WaitGroup
-		start      = make(chan struct{})
 	)
 	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
-	for i := range goroutines {
-		wg.Add(1)
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer wg.Done()
-			<-start
-			k := i % keys
-			l, err := b.store.Lock(b.ctx, ks[k])
-			if err != nil {
-				fail(err)
-				return
-			}
-			if active[k].Add(1) != 1 {
-				overlaps.Add(1)
-			}
-			if prev := lastToken[k].Swap(l.Token()); l.Token() <= prev {
-				staleToken.Add(1)
-			}
-			runtime.Gosched()
-			active[k].Add(-1)
-			if err := l.Release(context.Background()); err != nil {
-				fail(err)
-				return
-			}
-			finished.Add(1)
-		}()
-	}
-	close(start)
-	done := make(chan struct{})
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		wg.Wait()
-		close(done)
-	}()
+	done := goTogether(&b.wg, goroutines, func(i int) {
+		k := i % keys
+		l, err := b.store.Lock(b.ctx, ks[k])
+		if err != nil {
+			fail(err)
+			return
+		}
+		if active[k].Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		if prev := lastToken[k].Swap(l.Token()); l.Token() <= prev {
+			staleToken.Add(1)
+		}
+		runtime.Gosched()
+		active[k].Add(-1)
+		if err := l.Release(context.Background()); err != nil {
+			fail(err)
+			return
+		}
+		finished.Add(1)
+	})
 	select {
 	case <-done:
 	case <-time.After(4 * Timeout):

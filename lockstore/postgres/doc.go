@@ -57,6 +57,24 @@
 // the statement that takes the lock, so they cost no round trip and grow
 // across all nodes.
 //
+// # Serialize, Exclusive and WithTx
+//
+// A *Store is a lockstore.TxLocker[pgx.Tx, *pgx.Conn]: the contract of
+// Serialize, Exclusive, WithTx and their nesting and effects is stated
+// there, and lockstoretest.RunTx checks it (see each function for the
+// details). What is PostgreSQL's own: Serialize holds the key's
+// pg_advisory_xact_lock in its transaction, after a node-local FIFO queue
+// per key, and takes it in one round trip with BEGIN and the token; a
+// nested call takes a new key's lock in its savepoint, and a rolled-back
+// savepoint frees the locks taken inside it; ctx's deadline becomes the
+// transaction's lock_timeout, Config.StatementTimeout bounds it otherwise
+// (lockstore.ErrTimeout either way). The lock ends with its session:
+// a Serialize whose session ended before the commit fails with
+// lockstore.ErrLockLost. Exclusive holds the session lock on a connection
+// of its own, outside any transaction, and a watcher cancels fn's ctx
+// within Config.LeaseBound when the session loses it. WithTx joins a
+// transaction on the database the stores lock on, from any Store of it.
+//
 // # Migrations
 //
 // The sequence and the epoch tables are created by versioned migrations,

@@ -15,8 +15,7 @@ import (
 
 // A nested Serialize runs in a savepoint: when its fn fails, its writes,
 // its lock and its effects are dropped, even though the outer fn goes on
-// and commits. Each fn's ctx carries the fencing token of its key. (Not
-// run: it needs a server, see withStore.)
+// and commits. Each fn's ctx carries the fencing token of its key.
 func ExampleSerialize_nested() {
 	ctx := context.Background()
 	err := withStore(ctx, func(store *postgres.Store, _ *pgxpool.Pool) error {
@@ -49,4 +48,7 @@ func ExampleSerialize_nested() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Output:
+	// inner: bob's account is closed
+	// effect: alice paid
 }

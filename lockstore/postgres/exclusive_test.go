@@ -149,45 +149,6 @@ func TestExclusiveCancelsFnWhenItsConnectionDies(t *testing.T) {
 	require.NoError(t, err)
 }
 
-func TestExclusiveLockTimeoutAndCancel(t *testing.T) {
-	t.Parallel()
-	ctx := testCtx(t)
-	dsn := pgtest.DSN(t)
-	s := serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}))
-	key := lockstore.Key{Namespace: "job", ID: "busy"}
-	id := serialLockID(t, s, key)
-	holder := serialAdmin(t, dsn)
-	_, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", id.Namespace, id.ID)
-	require.NoError(t, err)
-	ran := false
-	fn := func(context.Context, *pgx.Conn) (int, error) { ran = true; return 0, nil }
-
-	dctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	_, err = Exclusive(dctx, s, key, fn)
-	require.ErrorIs(t, err, lockstore.ErrTimeout)
-	require.NoError(t, dctx.Err(), "the server should answer before the deadline")
-
-	cctx, cancelWait := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := Exclusive(cctx, s, key, fn)
-		done <- err
-	}()
-	waitFor(t, "Exclusive waits on the server", func() bool {
-		_, waiting := serialLockCount(ctx, t, holder, id)
-		return waiting == 1
-	})
-	cancelWait()
-	require.ErrorIs(t, <-done, context.Canceled)
-	require.False(t, ran)
-	waitFor(t, "the cancelled wait leaves the server", func() bool {
-		_, waiting := serialLockCount(ctx, t, holder, id)
-		return waiting == 0
-	})
-	require.Zero(t, serialQueued(s, id))
-}
-
 func TestExclusiveNesting(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)

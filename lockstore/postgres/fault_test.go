@@ -363,9 +363,10 @@ func TestSilentServerIsNoticedByPing(t *testing.T) {
 	require.NoError(t, err)
 	pid := int(connPIDs(s)[0])
 
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Skipf("cannot stop the backend process %d (the test needs the right to signal the server's processes): %v", pid, err)
-	}
+	// pgtest.NewCluster runs the server on this machine, as this test's
+	// user or (for root) as postgres: the test may always signal it.
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP),
+		"SIGSTOP the backend process %d of the private cluster: the test must be able to signal the server's processes (run it as root, or as the user the cluster runs as)", pid)
 	resumed := false
 	resume := func() {
 		if !resumed {

@@ -2,17 +2,14 @@ package postgres
 
 import (
 	"fmt"
-	"net/url"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/claimbus/claimbus/internal/migrate"
+	"github.com/claimbus/claimbus/internal/migrate/migratetest"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -32,25 +29,11 @@ func release0(schema string) []string {
 	}
 }
 
-// appliedVersions lists the versions recorded in schema's version table,
-// version 0 (goose's mark of a new table) left out, one entry per row.
+var component = migratetest.Component{Migrations: Migrations, SchemaVersion: SchemaVersion, VersionTable: VersionTable}
+
 func appliedVersions(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
 	t.Helper()
-	rows, err := pool.Query(testCtx(t), "SELECT version_id FROM "+pgx.Identifier{schema, VersionTable}.Sanitize()+
-		" WHERE is_applied AND version_id > 0 ORDER BY id")
-	require.NoError(t, err)
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	return versions
-}
-
-// allVersions is 1 to SchemaVersion.
-func allVersions() []int64 {
-	var vs []int64
-	for v := int64(1); v <= SchemaVersion; v++ {
-		vs = append(vs, v)
-	}
-	return vs
+	return migratetest.PostgresVersions(testCtx(t), t, pool, schema, component)
 }
 
 func drawToken(t *testing.T, s *Store) int64 {
@@ -65,10 +48,7 @@ func drawToken(t *testing.T, s *Store) int64 {
 
 func TestSchemaVersionIsTheLatestMigration(t *testing.T) {
 	t.Parallel()
-	v, err := migrate.Latest(Migrations)
-	require.NoError(t, err)
-	require.Equal(t, v, SchemaVersion)
-	require.Positive(t, SchemaVersion)
+	migratetest.RequireLatest(t, component)
 }
 
 // TestMigrateUpgradesRelease0: a schema the earlier releases created (the
@@ -104,7 +84,7 @@ func TestMigrateUpgradesRelease0(t *testing.T) {
 			}
 
 			s := newTestStore(t, pool, Config{Schema: schema})
-			require.Equal(t, allVersions(), appliedVersions(t, pool, schema))
+			require.Equal(t, component.All(), appliedVersions(t, pool, schema))
 			require.Greater(t, drawToken(t, s), last)
 			var epoch int64
 			require.NoError(t, pool.QueryRow(ctx, "SELECT epoch FROM "+pgx.Identifier{schema, "lock_epoch"}.Sanitize()).Scan(&epoch))
@@ -121,10 +101,10 @@ func TestMigrateFreshDatabase(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
 	s := newTestStore(t, pool, Config{})
-	require.Equal(t, allVersions(), appliedVersions(t, pool, DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pool, DefaultSchema))
 	first := drawToken(t, s)
 	s2 := newTestStore(t, pool, Config{})
-	require.Equal(t, allVersions(), appliedVersions(t, pool, DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pool, DefaultSchema))
 	require.Greater(t, drawToken(t, s2), first)
 }
 
@@ -154,7 +134,7 @@ func TestMigrateNodesStartingTogether(t *testing.T) {
 		require.NoError(t, errs[i], "node %d", i)
 		require.NoError(t, stores[i].Close())
 	}
-	require.Equal(t, allVersions(), appliedVersions(t, pools[0], DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pools[0], DefaultSchema))
 }
 
 // TestNoAutoMigrate: with NoAutoMigrate, New on an empty database creates
@@ -172,33 +152,10 @@ func TestNoAutoMigrate(t *testing.T) {
 	_, err := New(ctx, pool, cfg)
 	require.ErrorIs(t, err, ErrSchemaOutdated)
 	require.ErrorContains(t, err, "Migrate")
-	var created bool
-	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", schema).Scan(&created))
-	require.False(t, created, "NoAutoMigrate creates nothing")
-
-	_, err = pool.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	db := stdlib.OpenDB(*mustParse(t, u.String()))
-	defer func() { require.NoError(t, db.Close()) }()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations, goose.WithTableName(VersionTable))
-	require.NoError(t, err)
-	results, err := p.Up(ctx)
-	require.NoError(t, err)
-	require.Len(t, results, int(SchemaVersion))
+	migratetest.RequireNoPostgresSchema(ctx, t, pool, schema)
+	migratetest.GooseUpPostgres(ctx, t, pool, dsn, schema, component)
 
 	s := newTestStore(t, pool, cfg)
 	require.Positive(t, drawToken(t, s))
-	require.Equal(t, allVersions(), appliedVersions(t, pool, schema))
-}
-
-func mustParse(t *testing.T, dsn string) *pgx.ConnConfig {
-	t.Helper()
-	cc, err := pgx.ParseConfig(dsn)
-	require.NoError(t, err)
-	return cc
+	require.Equal(t, component.All(), appliedVersions(t, pool, schema))
 }

@@ -10,87 +10,63 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
 
 // nestedSerialize is Serialize inside an open transaction sc: fn runs in a
-// savepoint of it, holding key's xact lock (taken in the savepoint unless
-// the transaction, or an enclosing Exclusive, holds it already), with key's
-// token and effects of its own.
+// savepoint of it (txnest.Run), holding key's xact lock (taken in the
+// savepoint unless the transaction, or an enclosing Exclusive, holds it
+// already), with key's token and effects of its own.
 func nestedSerialize[T any](ctx context.Context, s *Store, sc *txScope, key lockstore.Key, id LockID, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
-	var zero T
-	n, fctx, err := sc.enter(ctx, s, key, id)
-	if err != nil {
-		return zero, err
+	if sc.Tx == nil {
+		var zero T
+		return zero, fmt.Errorf("postgres: Serialize %q: WithTx was given a nil transaction", key)
 	}
-	// On a panic in fn, end rolls back to the savepoint before the panic
-	// goes on; after release or rollback it does nothing.
-	defer n.end()
-	v, err := fn(fctx, sc.tx)
-	if err != nil {
-		return zero, n.rollback(err)
-	}
-	if err := n.release(); err != nil {
-		return zero, err
-	}
-	return v, nil
+	return txnest.Run(ctx, txnest.Nested[pgx.Tx, LockID]{
+		Op: "postgres: Serialize", Key: key, Tx: sc.Tx, Held: &sc.Held, ID: id,
+		Enclosing: func() (int64, bool) {
+			// An enclosing Exclusive's session holds id, maybe on another
+			// connection than the transaction's: the call chain has the
+			// key already, and waiting for it from this transaction would
+			// wait for that call for ever.
+			if xs := exclusiveHolding(ctx, s, id); xs != nil {
+				return xs.token, true
+			}
+			return 0, false
+		},
+		Savepoint: &savepoint{s: s, tx: sc.Tx, key: key, id: id},
+	}, fn)
 }
 
-// nestedCall is one nested Serialize, in its savepoint.
-type nestedCall struct {
-	s       *Store
-	sc      *txScope
-	key     lockstore.Key
-	id      LockID
-	mark    int // the scope's locks when the savepoint opened (txScope.mark)
-	effects *lockstore.Effects
-	ended   bool
+// savepoint is a nested Serialize's savepoint (txnest.Savepoint).
+type savepoint struct {
+	s   *Store
+	tx  pgx.Tx
+	key lockstore.Key
+	id  LockID
 }
 
-// enter opens the savepoint, takes id's lock in it unless the transaction
-// or an enclosing Exclusive of s holds it, and returns the ctx fn runs
-// with: key's token, and a nested effects scope.
-//
-// A key the transaction holds costs one round trip (the savepoint); a new
-// one costs one too (savepoint, lock and token in one message).
-func (sc *txScope) enter(ctx context.Context, s *Store, key lockstore.Key, id LockID) (*nestedCall, context.Context, error) {
-	if sc.tx == nil {
-		return nil, nil, fmt.Errorf("postgres: Serialize %q: WithTx was given a nil transaction", key)
-	}
-	n := &nestedCall{s: s, sc: sc, key: key, id: id, mark: sc.mark()}
-	token, held := sc.token(id)
+// Open opens the savepoint and, unless held, takes id's lock in it and
+// draws a token. A key the transaction holds costs one round trip (the
+// savepoint); a new one costs one too (savepoint, lock and token in one
+// message).
+func (n *savepoint) Open(ctx context.Context, token int64, held bool) (int64, error) {
 	if !held {
-		// An enclosing Exclusive's session holds id, maybe on another
-		// connection than the transaction's: the call chain has the key
-		// already, and waiting for it from this transaction would wait for
-		// that call for ever.
-		if xs := exclusiveHolding(ctx, s, id); xs != nil {
-			token, held = xs.token, true
-		}
+		return n.lock(ctx)
 	}
-	var err error
-	if held {
-		_, err = sc.tx.Exec(ctx, savepointSQL)
-		if err != nil {
-			err = fmt.Errorf("postgres: Serialize %q: savepoint: %w", key, err)
-		}
-	} else {
-		token, err = n.lock(ctx)
+	if _, err := n.tx.Exec(ctx, txnest.SavepointSQL); err != nil {
+		return 0, fmt.Errorf("postgres: Serialize %q: savepoint: %w", n.key, err)
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	fctx, effects := lockstore.NestEffects(ctx)
-	n.effects = effects
-	return n, lockstore.ContextWithToken(fctx, token), nil
+	return token, nil
 }
 
 // lock opens the savepoint, takes id's lock in it and draws a token. When
 // the token comes back NULL (the epoch is not live, see epoch.go), it bumps
 // the epoch on a connection of its own (the transaction's is inside a
 // transaction) and draws again.
-func (n *nestedCall) lock(ctx context.Context) (int64, error) {
-	s, sc := n.s, n.sc
-	conn := sc.tx.Conn()
+func (n *savepoint) lock(ctx context.Context) (int64, error) {
+	s := n.s
+	conn := n.tx.Conn()
 	q := s.serialSQL()
 	timeout, bounded := lockTimeout(ctx)
 	results, err := conn.PgConn().Exec(ctx, nestedLockSQL(q, n.id, timeout, bounded)).ReadAll()
@@ -103,7 +79,7 @@ func (n *nestedCall) lock(ctx context.Context) (int64, error) {
 		if !conn.IsClosed() {
 			// The wait failed on the server: undo it, so that the outer
 			// transaction stays usable (its fn decides what comes next).
-			if rbErr := n.rollbackToSavepoint(); rbErr != nil {
+			if rbErr := n.Rollback(); rbErr != nil {
 				err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
 			}
 		}
@@ -112,19 +88,18 @@ func (n *nestedCall) lock(ctx context.Context) (int64, error) {
 	if token == nil {
 		err = s.bumpEpochAside(ctx)
 		if err == nil {
-			err = sc.tx.QueryRow(ctx, q.token).Scan(&token)
+			err = n.tx.QueryRow(ctx, q.token).Scan(&token)
 		}
 		if err == nil && token == nil {
 			err = fmt.Errorf("%w: the token epoch is still not live after a bump", lockstore.ErrUnavailable)
 		}
 		if err != nil {
-			if rbErr := n.rollbackToSavepoint(); rbErr != nil {
+			if rbErr := n.Rollback(); rbErr != nil {
 				err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
 			}
 			return 0, fmt.Errorf("postgres: Serialize %q: draw a token: %w", n.key, err)
 		}
 	}
-	sc.took(n.id, *token)
 	return *token, nil
 }
 
@@ -172,52 +147,20 @@ func (s *Store) bumpEpochAside(ctx context.Context) error {
 	return s.bumpEpoch(ctx, conn)
 }
 
-// release releases the savepoint once fn has succeeded, and merges the
-// effects registered inside into the enclosing scope. When the release
-// fails (fn left the transaction aborted, or the connection broke), it
-// rolls back to the savepoint instead and returns the error.
-func (n *nestedCall) release() error {
-	n.ended = true
-	ctx, cancel := n.s.cleanupContext()
-	_, err := n.sc.tx.Exec(ctx, releaseSavepointSQL)
-	cancel()
-	if err != nil {
-		err = fmt.Errorf("postgres: Serialize %q: release the savepoint: %w", n.key, err)
-		if rbErr := n.rollbackToSavepoint(); rbErr != nil {
-			err = errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
-		}
-		return err
-	}
-	n.effects.Merge()
-	return nil
-}
-
-// rollback rolls back to the savepoint after fnErr, dropping fn's writes,
-// the lock this call took and the effects registered inside, and returns
-// fnErr joined with the rollback's error, if any.
-func (n *nestedCall) rollback(fnErr error) error {
-	n.ended = true
-	if err := n.rollbackToSavepoint(); err != nil {
-		return errors.Join(fnErr, fmt.Errorf("postgres: Serialize %q: rollback to savepoint: %w", n.key, err))
-	}
-	return fnErr
-}
-
-// end rolls back to the savepoint unless release or rollback did already.
-func (n *nestedCall) end() {
-	if !n.ended {
-		n.ended = true
-		_ = n.rollbackToSavepoint()
-	}
-}
-
-// rollbackToSavepoint undoes everything since the savepoint, and ends it.
-// The xact locks taken inside it are freed with it (this call's, and those
-// nested calls released into it), so the transaction forgets them all.
-func (n *nestedCall) rollbackToSavepoint() error {
-	n.sc.forgetSince(n.mark)
+// Release releases the savepoint once fn has succeeded.
+func (n *savepoint) Release() error {
 	ctx, cancel := n.s.cleanupContext()
 	defer cancel()
-	_, err := n.sc.tx.Exec(ctx, rollbackSavepointSQL)
+	_, err := n.tx.Exec(ctx, txnest.ReleaseSQL)
+	return err
+}
+
+// Rollback undoes everything since the savepoint, and ends it. The xact
+// locks taken inside it are freed with it (this call's, and those nested
+// calls released into it), which txnest.Run forgets.
+func (n *savepoint) Rollback() error {
+	ctx, cancel := n.s.cleanupContext()
+	defer cancel()
+	_, err := n.tx.Exec(ctx, rollbackSavepointSQL)
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 	"github.com/claimbus/claimbus/observe"
 )
 
@@ -53,8 +54,10 @@ import (
 // error comes back as is, joined with the rollback's error if that failed
 // too, and a panic goes on after the rollback. When ctx is done by the time
 // fn returns, the transaction rolls back too. A failed commit comes back
-// wrapped. On any error the result is T's zero value. fn's ctx is
-// cancelled when Serialize returns.
+// wrapped; when the session ended before or during it (its backend
+// terminated, the connection lost), which ends key's lock with it, the
+// error matches lockstore.ErrLockLost too. On any error the result is T's
+// zero value. fn's ctx is cancelled when Serialize returns.
 //
 // Close stops a running Serialize: fn's ctx is cancelled with a cause
 // matching lockstore.ErrClosed, the transaction rolls back instead of
@@ -141,17 +144,7 @@ func serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err != nil {
 		return zero, err
 	}
-	// On a panic in fn, end rolls back and releases before the panic goes
-	// on; after commit or rollback it does nothing.
-	defer st.end()
-	v, err := fn(fctx, st.tx)
-	if err != nil {
-		return zero, st.rollback(err)
-	}
-	if err := st.commit(ctx); err != nil {
-		return zero, err
-	}
-	return v, nil
+	return txnest.RunOutermost(ctx, fctx, st, st.tx, fn)
 }
 
 // precheck validates the arguments of Serialize and Exclusive and returns
@@ -246,7 +239,9 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 	fctx, effects := lockstore.NewEffects(c.ctx)
 	st.effects = effects
 	fctx = lockstore.ContextWithToken(fctx, token)
-	fctx = withTxScope(fctx, &txScope{store: s, tx: st.tx, held: map[LockID]int64{id: token}})
+	sc := &txScope{Store: s, Tx: st.tx}
+	sc.Held.Init(id, token)
+	fctx = txnest.WithScope(fctx, sc)
 	return st, fctx, nil
 }
 
@@ -324,31 +319,38 @@ func (s *Store) statementBound(ctx context.Context) (context.Context, context.Ca
 // waits for the server's answer (see statementBound).
 const statementBoundMargin = time.Second
 
-// commit commits, releases the connection and the node-local mutex, then
+// Commit commits, releases the connection and the node-local mutex, then
 // runs the effects. When ctx is already done, or the call was stopped
 // (Close), it rolls back instead.
-func (st *serialTxn) commit(ctx context.Context) error {
+func (st *serialTxn) Commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
+		return st.Rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
 	}
 	if err := st.call.reason(); err != nil {
-		return st.rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
+		return st.Rollback(fmt.Errorf("postgres: Serialize %q: not committed: %w", st.key, err))
 	}
 	cctx, cancel := st.s.statementBound(ctx)
 	err := st.tx.Commit(cctx)
 	cancel()
+	// Asked before the release: the pool may hand the connection on.
+	sessionEnded := err != nil && st.conn.IsClosed()
 	st.ended = true
 	st.release()
 	if err != nil {
+		if sessionEnded && st.call.reason() == nil {
+			// The session is gone, and key's xact lock with it: the lock
+			// cannot be confirmed to the commit.
+			err = fmt.Errorf("%w: the session ended: %w", lockstore.ErrLockLost, err)
+		}
 		return fmt.Errorf("postgres: Serialize %q: commit: %w", st.key, st.call.stopCause(err))
 	}
 	st.effects.Run()
 	return nil
 }
 
-// rollback rolls back after fnErr, releases, and returns fnErr joined with
+// Rollback rolls back after fnErr, releases, and returns fnErr joined with
 // the rollback's error, if any.
-func (st *serialTxn) rollback(fnErr error) error {
+func (st *serialTxn) Rollback(fnErr error) error {
 	err := st.rollbackAndRelease()
 	if err != nil {
 		return errors.Join(fnErr, fmt.Errorf("postgres: Serialize %q: rollback: %w", st.key, err))
@@ -356,10 +358,10 @@ func (st *serialTxn) rollback(fnErr error) error {
 	return fnErr
 }
 
-// end rolls back and releases unless commit or rollback did already, and
+// End rolls back and releases unless commit or rollback did already, and
 // ends the call: fn's ctx is cancelled once Serialize returns (after the
 // effects ran).
-func (st *serialTxn) end() {
+func (st *serialTxn) End() {
 	if !st.ended {
 		_ = st.rollbackAndRelease()
 	}
@@ -524,20 +526,11 @@ func beginLocked(ctx context.Context, conn *pgx.Conn, q *serialSQL, id LockID, t
 	return tx, true, nil
 }
 
-// nestedSavepoint is the savepoint each nested Serialize runs in: released
-// when its fn succeeds, rolled back to when it fails. Nested calls nest
-// strictly, so one name serves them all (PostgreSQL uses the most recent
-// savepoint of a name).
-const nestedSavepoint = "claimbus_nest"
+// rollbackSavepointSQL rolls back to the savepoint of a nested call and
+// ends it, in one message.
+const rollbackSavepointSQL = txnest.RollbackToSQL + "; " + txnest.ReleaseSQL
 
-// SQL of nested calls (nested.go).
-const (
-	savepointSQL         = "savepoint " + nestedSavepoint
-	releaseSavepointSQL  = "release savepoint " + nestedSavepoint
-	rollbackSavepointSQL = "rollback to savepoint " + nestedSavepoint + "; release savepoint " + nestedSavepoint
-)
-
-// nestedLockSQL opens the savepoint nestedSavepoint in an open transaction,
+// nestedLockSQL opens the savepoint txnest.Name in an open transaction,
 // takes id's xact lock in it and draws a token (q.token), all in one
 // message; the caller reads the token from its last result. Bounded, it
 // sets lock_timeout for this wait only (SET LOCAL, which a rollback to the
@@ -546,7 +539,7 @@ const (
 // savepoint open, for the caller to roll back to.
 func nestedLockSQL(q *serialSQL, id LockID, timeoutMS int64, bounded bool) string {
 	b := make([]byte, 0, 512)
-	b = append(b, savepointSQL+"; "...)
+	b = append(b, txnest.SavepointSQL+"; "...)
 	if bounded {
 		b = append(b, "select set_config('claimbus.saved_lock_timeout', current_setting('lock_timeout'), true); set local lock_timeout = "...)
 		b = strconv.AppendInt(b, timeoutMS, 10)

@@ -12,9 +12,8 @@ import (
 	"github.com/claimbus/claimbus/lockstore/postgres"
 )
 
-// The examples need a PostgreSQL server, so they are compiled but not run
-// (they have no Output comment). DATABASE_URL names the database: see
-// withStore in example_locker_test.go.
+// The examples run on a fresh database of the test server (pgtest, started
+// by the package's TestMain): see withStore in example_locker_test.go.
 
 // Serialize a read-modify-write per lobby across every node, and publish
 // the result only once it is committed.
@@ -46,6 +45,9 @@ func ExampleSerialize() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Output:
+	// broadcast lobby-42 [pear apple]
+	// [pear apple]
 }
 
 // Run a periodic job once cluster-wide, stopping if the lock is lost, and
@@ -72,6 +74,7 @@ func ExampleExclusive() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Output: closed 1
 }
 
 // Take locks inside a transaction the caller opened and commits.
@@ -102,4 +105,5 @@ func ExampleWithTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Output: committed
 }

@@ -125,41 +125,4 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 		require.Zero(t, counterValue(ctx, t, pool, "inner"))
 	})
 
-	t.Run("fn panics and the outer fn recovers", func(t *testing.T) {
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
-			func() {
-				defer func() { require.Equal(t, "inner panics", recover()) }()
-				_, _ = Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
-					_, err := increment(ctx, tx, "inner")
-					require.NoError(t, err)
-					lockstore.AfterCommit(ctx, func() { t.Error("an effect of the panicking call ran") })
-					panic("inner panics")
-				})
-			}()
-			return increment(ctx, tx, "outer")
-		})
-		require.NoError(t, err)
-		require.Equal(t, 3, counterValue(ctx, t, pool, "outer"))
-		require.Zero(t, counterValue(ctx, t, pool, "inner"))
-	})
-
-	t.Run("in the caller's own transaction", func(t *testing.T) {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		tctx, effects := WithTx(ctx, tx)
-		_, err = Serialize(tctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
-			_, err := increment(ctx, tx, "inner")
-			require.NoError(t, err)
-			lockstore.AfterCommit(ctx, func() { t.Error("an effect of the failed call ran") })
-			return 0, boom
-		})
-		require.ErrorIs(t, err, boom)
-		_, err = increment(ctx, tx, "outer")
-		require.NoError(t, err)
-		require.NoError(t, tx.Commit(ctx))
-		effects.Run()
-		require.Equal(t, 4, counterValue(ctx, t, pool, "outer"))
-		require.Zero(t, counterValue(ctx, t, pool, "inner"))
-	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,41 +48,6 @@ func counterValue(ctx context.Context, t *testing.T, q interface {
 	var n int
 	require.NoError(t, q.QueryRow(ctx, "SELECT n FROM counter WHERE id = $1", id).Scan(&n))
 	return n
-}
-
-func TestSerializeMutualExclusionAcrossTwoNodes(t *testing.T) {
-	t.Parallel()
-	ctx := testCtx(t)
-	dsn := pgtest.DSN(t)
-	serialCounterTable(ctx, t, dsn, "storm")
-	nodes := []*Store{
-		serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "node-a"})),
-		serialStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 4, ApplicationName: "node-b"})),
-	}
-	key := lockstore.Key{Namespace: "counter", ID: "storm"}
-	const perNode, rounds = 16, 10
-
-	var inside occupancy
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*perNode*rounds)
-	for _, s := range nodes {
-		for range perNode {
-			wg.Go(func() {
-				for range rounds {
-					_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
-						defer inside.enter()()
-						return increment(ctx, tx, "storm")
-					})
-					if err != nil {
-						errs <- err
-					}
-				}
-			})
-		}
-	}
-	requireNoErrors(t, &wg, errs)
-	require.Equal(t, int32(1), inside.most.Load(), "two callers were inside at once")
-	require.Equal(t, 2*perNode*rounds, counterValue(ctx, t, nodes[0].pool, "storm"))
 }
 
 func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
@@ -408,28 +372,6 @@ func TestSerializeAfterCommit(t *testing.T) {
 		require.Equal(t, []string{"first n=1", "inner", "last"}, order)
 	})
 
-	t.Run("never after rollback", func(t *testing.T) {
-		boom := errors.New("boom")
-		ran := false
-		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
-			lockstore.AfterCommit(ctx, func() { ran = true })
-			return 0, boom
-		})
-		require.ErrorIs(t, err, boom)
-		require.Panics(t, func() {
-			_, _ = Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
-				lockstore.AfterCommit(ctx, func() { ran = true })
-				panic("fn panics")
-			})
-		})
-		require.False(t, ran)
-	})
-
-	t.Run("at once outside a transaction", func(t *testing.T) {
-		ran := false
-		lockstore.AfterCommit(ctx, func() { ran = true })
-		require.True(t, ran)
-	})
 }
 
 func TestSerializeLockTimeout(t *testing.T) {
@@ -455,19 +397,39 @@ func TestSerializeLockTimeout(t *testing.T) {
 	}
 	before := pidOf()
 
+	// Serialize and Exclusive wait on the server alike; fn never runs.
+	ran := false
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Serialize", func(ctx context.Context) error {
+			return s.Serialize(ctx, key, func(context.Context, pgx.Tx) error { ran = true; return nil })
+		}},
+		{"Exclusive", func(ctx context.Context) error {
+			return s.Exclusive(ctx, key, func(context.Context, *pgx.Conn) error { ran = true; return nil })
+		}},
+	}
+
 	t.Run("deadline becomes lock_timeout", func(t *testing.T) {
-		const budget = time.Second
-		dctx, cancel := context.WithTimeout(ctx, budget)
-		defer cancel()
-		start := time.Now()
-		_, err := Serialize(dctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
-		elapsed := time.Since(start)
-		require.ErrorIs(t, err, lockstore.ErrTimeout)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NoError(t, dctx.Err(), "the server should answer before the deadline (after %v)", elapsed)
-		// The connection stayed usable: the pool still has the same one.
-		require.Equal(t, before, pidOf())
-		require.Equal(t, int32(1), pool.Stat().TotalConns())
+		for _, c := range calls {
+			const budget = time.Second
+			dctx, cancel := context.WithTimeout(ctx, budget)
+			start := time.Now()
+			err := c.call(dctx)
+			elapsed := time.Since(start)
+			require.ErrorIs(t, err, lockstore.ErrTimeout, c.name)
+			require.ErrorIs(t, err, context.DeadlineExceeded, c.name)
+			require.NoError(t, dctx.Err(), "%s: the server should answer before the deadline (after %v)", c.name, elapsed)
+			cancel()
+			if c.name == "Serialize" {
+				// The connection stayed usable: the pool still has the
+				// same one (Exclusive's never goes back to the pool).
+				require.Equal(t, before, pidOf())
+				require.Equal(t, int32(1), pool.Stat().TotalConns())
+			}
+		}
+		require.False(t, ran)
 	})
 
 	t.Run("the server's own lock_timeout", func(t *testing.T) {
@@ -483,19 +445,23 @@ func TestSerializeLockTimeout(t *testing.T) {
 	})
 
 	t.Run("a cancelled wait on the server", func(t *testing.T) {
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			_, err := Serialize(cctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
-			done <- err
-		}()
-		waitFor(t, "the caller waits on the server", func() bool {
-			_, waiting := serialLockCount(ctx, t, holder, id)
-			return waiting == 1
-		})
-		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
-		require.Zero(t, serialQueued(s, id))
+		for _, c := range calls {
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.call(cctx) }()
+			waitFor(t, c.name+" waits on the server", func() bool {
+				_, waiting := serialLockCount(ctx, t, holder, id)
+				return waiting == 1
+			})
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled, c.name)
+			waitFor(t, "the cancelled wait leaves the server", func() bool {
+				_, waiting := serialLockCount(ctx, t, holder, id)
+				return waiting == 0
+			})
+			require.Zero(t, serialQueued(s, id))
+		}
+		require.False(t, ran)
 	})
 
 	t.Run("a cancelled wait on the node-local queue", func(t *testing.T) {
@@ -616,17 +582,6 @@ func TestSerializeBadInput(t *testing.T) {
 	nop := func(context.Context, pgx.Tx) (int, error) { return 0, nil }
 	good := lockstore.Key{Namespace: "bad", ID: "input"}
 
-	for _, k := range []lockstore.Key{
-		{Namespace: "", ID: "x"},
-		{Namespace: "x", ID: ""},
-		{Namespace: strings.Repeat("n", lockstore.MaxNamespaceLen+1), ID: "x"},
-		{Namespace: "x", ID: strings.Repeat("i", lockstore.MaxIDLen+1)},
-	} {
-		_, err := Serialize(ctx, s, k, nop)
-		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
-		_, err = Exclusive(ctx, s, k, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
-		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
-	}
 	_, err := Serialize[int](ctx, s, good, nil)
 	require.ErrorContains(t, err, "nil fn")
 	_, err = Serialize(ctx, nil, good, nop)
@@ -669,11 +624,6 @@ func TestSerializeClosedStore(t *testing.T) {
 	// The holder's fn ignored its ctx past Close's Timeout: its transaction
 	// was ended by Close, never committed.
 	require.ErrorIs(t, <-holderDone, lockstore.ErrClosed)
-
-	_, err := Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
-	require.ErrorIs(t, err, lockstore.ErrClosed)
-	_, err = Exclusive(ctx, s, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
-	require.ErrorIs(t, err, lockstore.ErrClosed)
 }
 
 func TestSerializeRoundTrips(t *testing.T) {

@@ -52,41 +52,6 @@ func TestSerializeTokens(t *testing.T) {
 		last = tok
 	}
 
-	t.Run("each Serialize draws a greater token", func(t *testing.T) {
-		for range 3 {
-			tok, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int64, error) {
-				return tokenOf(t, ctx), nil
-			})
-			require.NoError(t, err)
-			next(t, tok)
-		}
-	})
-
-	t.Run("nested: a new key draws, the same key reuses", func(t *testing.T) {
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
-			outer := tokenOf(t, ctx)
-			next(t, outer)
-			_, err := Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
-				inner := tokenOf(t, ctx)
-				next(t, inner)
-				_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
-					require.Equal(t, outer, tokenOf(t, ctx), "k1 again: the outer call's token")
-					return 0, nil
-				})
-				require.NoError(t, err)
-				_, err = Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
-					require.Equal(t, inner, tokenOf(t, ctx), "k2 again: its token in this transaction")
-					return 0, nil
-				})
-				return 0, err
-			})
-			require.NoError(t, err)
-			require.Equal(t, outer, tokenOf(t, ctx))
-			return 0, nil
-		})
-		require.NoError(t, err)
-	})
-
 	t.Run("Exclusive draws one; Serialize inside reuses it for its key", func(t *testing.T) {
 		_, err := Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 			tok := tokenOf(t, ctx)

@@ -7,79 +7,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
 
 // txScope is the open transaction a ctx carries: one opened by Serialize
-// (store is that Store) or the caller's own, attached with WithTx (store is
-// nil: every Store uses it).
-type txScope struct {
-	store *Store
-	tx    pgx.Tx
+// (Store is that Store) or the caller's own, attached with WithTx (Store is
+// nil: every Store uses it). Held is the locks it holds, by lock id.
+type txScope = txnest.Scope[*Store, pgx.Tx, LockID]
 
-	mu   sync.Mutex
-	held map[LockID]int64 // lock ids whose xact lock tx holds, and their tokens
-	// order is held's ids in the order they were taken, so that rolling
-	// back a savepoint forgets every lock taken since it (see mark).
-	order []LockID
-}
-
-type txScopeKey struct{}
-
-// txScopeFor returns the transaction ctx carries that s must run in, or nil.
-// A transaction Serialize opened on another Store is not s's: it may be on
-// another database, and taking s's locks there would protect nothing.
+// txScopeFor returns the transaction ctx carries that s must run in, or nil
+// (txnest.ScopeFor).
 func txScopeFor(ctx context.Context, s *Store) *txScope {
-	sc, _ := ctx.Value(txScopeKey{}).(*txScope)
-	if sc == nil || (sc.store != nil && sc.store != s) {
-		return nil
-	}
-	return sc
-}
-
-func withTxScope(ctx context.Context, sc *txScope) context.Context {
-	return context.WithValue(ctx, txScopeKey{}, sc)
-}
-
-// token returns the token of id's lock, and whether the transaction holds
-// it.
-func (sc *txScope) token(id LockID) (int64, bool) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	t, ok := sc.held[id]
-	return t, ok
-}
-
-// took records that the transaction now holds id's lock, with token.
-func (sc *txScope) took(id LockID, token int64) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if sc.held == nil {
-		sc.held = make(map[LockID]int64)
-	}
-	if _, ok := sc.held[id]; !ok {
-		sc.order = append(sc.order, id)
-	}
-	sc.held[id] = token
-}
-
-// mark returns the point to forget back to (forgetSince) when a savepoint
-// opened now is rolled back.
-func (sc *txScope) mark() int {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return len(sc.order)
-}
-
-// forgetSince records that the transaction no longer holds the locks taken
-// since mark: the savepoint opened at mark was rolled back, freeing them on
-// the server, those of nested calls that had released into it included.
-func (sc *txScope) forgetSince(mark int) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	for _, id := range sc.order[mark:] {
-		delete(sc.held, id)
-	}
-	sc.order = sc.order[:mark]
+	return txnest.ScopeFor[*Store, pgx.Tx, LockID](ctx, s)
 }
 
 // WithTx returns a ctx that carries tx, a transaction the caller opened and
@@ -114,7 +53,7 @@ func (sc *txScope) forgetSince(mark int) {
 //	effects.Run()
 func WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects) {
 	ctx, effects := lockstore.NewEffects(ctx)
-	return withTxScope(ctx, &txScope{tx: tx}), effects
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
 }
 
 // exclusiveScope is the session lock an Exclusive call holds, carried by
@@ -161,4 +100,28 @@ func exclusiveHolding(ctx context.Context, s *Store, id LockID) *exclusiveScope 
 func withExclusiveScope(ctx context.Context, sc *exclusiveScope) context.Context {
 	sc.parent, _ = ctx.Value(exclusiveScopeKey{}).(*exclusiveScope)
 	return context.WithValue(ctx, exclusiveScopeKey{}, sc)
+}
+
+// Store is the lockstore.TxLocker of PostgreSQL: Serialize's transactions
+// are pgx.Tx, and Exclusive's fn gets a *pgx.Conn.
+var _ lockstore.TxLocker[pgx.Tx, *pgx.Conn] = (*Store)(nil)
+
+// Serialize is the package's Serialize for a fn that returns only an
+// error: the method of lockstore.TxLocker.
+func (s *Store) Serialize(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	_, err := Serialize(ctx, s, key, txnest.Unit(fn))
+	return err
+}
+
+// Exclusive is the package's Exclusive for a fn that returns only an
+// error: the method of lockstore.TxLocker.
+func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+	_, err := Exclusive(ctx, s, key, txnest.Unit(fn))
+	return err
+}
+
+// WithTx is the package's WithTx: the method of lockstore.TxLocker. Any
+// Store of tx's database joins tx, not only s.
+func (s *Store) WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects) {
+	return WithTx(ctx, tx)
 }

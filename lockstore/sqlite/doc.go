@@ -76,14 +76,18 @@
 //			return balance, nil
 //		})
 //
-// Calls nest: inside an open transaction (Serialize's own, or the caller's
-// attached with WithTx) Serialize joins it without waiting for a lock, in a
-// savepoint that a failing fn rolls back to. Effects registered with
-// lockstore.AfterCommit run after the outermost commit, never after a
-// rollback (nor after their nested call rolled back to its savepoint).
-// Exclusive holds the lock without a transaction, for a job whose writes
-// commit one by one. Both give fn a fencing token (lockstore.TokenFrom)
-// that rises across restarts of the store on the file: New keeps its
+// A *Store is a lockstore.TxLocker[*sql.Tx, Querier]: the contract of
+// Serialize, Exclusive, WithTx and their nesting and effects is stated
+// there, and lockstoretest.RunTx checks it. What is SQLite's own: a nested
+// call (inside Serialize's transaction, or the caller's attached with
+// WithTx) takes no lock at all, since the transaction holds SQLite's only
+// write lock, and only draws a token for a new key; a lock is lost when
+// the store ends it (Close, Reset, a lease that ran out), which rolls
+// Serialize back and cancels Exclusive's fn; a writer outside the store
+// is waited for up to the busy timeout (lockstore.ErrTimeout). Exclusive
+// holds the lock without a transaction, for a job whose writes commit one
+// by one, and gives fn the *sql.DB. The fencing tokens (lockstore.TokenFrom)
+// rise across restarts of the store on the file: New keeps their
 // high-water mark in the table claimbus_token.
 //
 // # Migrations

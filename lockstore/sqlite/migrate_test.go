@@ -4,30 +4,24 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/claimbus/claimbus/internal/migrate"
+	"github.com/claimbus/claimbus/internal/migrate/migratetest"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
 
-// appliedVersion is the highest version recorded in db's version table;
-// each is recorded once.
+var component = migratetest.Component{
+	Migrations: sqlite.Migrations, SchemaVersion: sqlite.SchemaVersion, VersionTable: sqlite.VersionTable,
+}
+
 func appliedVersion(t *testing.T, db *sql.DB) int64 {
 	t.Helper()
-	var v, rows, distinct int64
-	require.NoError(t, db.QueryRow("SELECT max(version_id), count(*), count(DISTINCT version_id) FROM "+sqlite.VersionTable+
-		" WHERE is_applied AND version_id > 0").Scan(&v, &rows, &distinct))
-	require.Equal(t, distinct, rows, "a version recorded twice")
-	return v
+	return migratetest.SQLiteVersion(t, db, component)
 }
 
 func TestSchemaVersionIsTheLatestMigration(t *testing.T) {
 	t.Parallel()
-	v, err := migrate.Latest(sqlite.Migrations)
-	require.NoError(t, err)
-	require.Equal(t, v, sqlite.SchemaVersion)
-	require.Positive(t, sqlite.SchemaVersion)
+	migratetest.RequireLatest(t, component)
 }
 
 // TestMigrateUpgradesRelease0: a file the release before versioned
@@ -61,15 +55,8 @@ func TestNoAutoMigrate(t *testing.T) {
 	_, err := sqlite.New(ctx, db, sqlite.Config{NoAutoMigrate: true})
 	require.ErrorIs(t, err, sqlite.ErrSchemaOutdated)
 	require.ErrorContains(t, err, "Migrate")
-	var tables int
-	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table'").Scan(&tables))
-	require.Zero(t, tables, "NoAutoMigrate creates nothing")
-
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sqlite.Migrations, goose.WithTableName(sqlite.VersionTable))
-	require.NoError(t, err)
-	results, err := p.Up(ctx)
-	require.NoError(t, err)
-	require.Len(t, results, int(sqlite.SchemaVersion))
+	migratetest.RequireNoSQLiteTables(ctx, t, db)
+	migratetest.GooseUpSQLite(ctx, t, db, component)
 	s := newStore(t, db, sqlite.Config{NoAutoMigrate: true})
 	require.Positive(t, serializeToken(t, ctx, s, key("n")))
 

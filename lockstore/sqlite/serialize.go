@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
 
 // Serialize runs fn in a transaction begun IMMEDIATE while holding key's
@@ -78,17 +79,7 @@ func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	if err != nil {
 		return zero, err
 	}
-	// On a panic in fn, end rolls back and releases before the panic goes
-	// on; after commit or rollback it does nothing.
-	defer st.end()
-	v, err := fn(fctx, st.tx)
-	if err != nil {
-		return zero, st.rollback(err)
-	}
-	if err := st.commit(ctx); err != nil {
-		return zero, err
-	}
-	return v, nil
+	return txnest.RunOutermost(ctx, fctx, st, st.tx, fn)
 }
 
 // precheck validates the arguments of Serialize and Exclusive and counts
@@ -163,7 +154,9 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, conte
 	fctx, effects := lockstore.NewEffects(ctx)
 	st.effects = effects
 	fctx = lockstore.ContextWithToken(fctx, token)
-	return st, context.WithValue(fctx, txScopeKey{}, &txScope{store: s, tx: tx, key: key, keyToken: token, hasKey: true}), nil
+	sc := &txScope{Store: s, Tx: tx}
+	sc.Held.Init(key, token)
+	return st, txnest.WithScope(fctx, sc), nil
 }
 
 // beginError explains a failed BEGIN IMMEDIATE.
@@ -178,11 +171,11 @@ func beginError(ctx context.Context, op string, key lockstore.Key, err error) er
 	return fmt.Errorf("sqlite: %s %q: begin: %w", op, key, err)
 }
 
-// commit commits unless the lock was lost, releases, and runs the effects
+// Commit commits unless the lock was lost, releases, and runs the effects
 // registered with lockstore.AfterCommit.
-func (st *serialTxn) commit(ctx context.Context) error {
+func (st *serialTxn) Commit(ctx context.Context) error {
 	if st.lost() {
-		return st.rollback(fmt.Errorf("sqlite: Serialize %q: %w before the commit", st.key, lockstore.ErrLockLost))
+		return st.Rollback(fmt.Errorf("sqlite: Serialize %q: %w before the commit", st.key, lockstore.ErrLockLost))
 	}
 	err := st.tx.Commit()
 	st.finish()
@@ -196,10 +189,10 @@ func (st *serialTxn) commit(ctx context.Context) error {
 	return nil
 }
 
-// rollback rolls back because of cause, releases, and returns cause joined
+// Rollback rolls back because of cause, releases, and returns cause joined
 // with the rollback's error, if any. A transaction database/sql already
 // rolled back (its ctx ended) is not an error.
-func (st *serialTxn) rollback(cause error) error {
+func (st *serialTxn) Rollback(cause error) error {
 	err := st.tx.Rollback()
 	st.finish()
 	if err != nil && !errors.Is(err, sql.ErrTxDone) {
@@ -208,9 +201,9 @@ func (st *serialTxn) rollback(cause error) error {
 	return cause
 }
 
-// end rolls back a transaction neither committed nor rolled back (fn
+// End rolls back a transaction neither committed nor rolled back (fn
 // panicked).
-func (st *serialTxn) end() {
+func (st *serialTxn) End() {
 	if !st.done {
 		_ = st.tx.Rollback()
 		st.finish()

