@@ -140,9 +140,9 @@ func TestLookupErrorIsUnavailableAndReleasesEverything(t *testing.T) {
 	accounts := newAccountTable()
 	var runs atomic.Int64
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-		uniqueness.Field("email", "account.email", func(c *createAccount) string { return c.Email },
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "account.email"}, func(c *createAccount) string { return c.Email },
 			accounts.emailTaken, uniqueness.Normalize(uniqueness.NormalizeEmail)),
-		uniqueness.Field("username", "account.username", func(c *createAccount) string { return c.Username },
+		uniqueness.Field(uniqueness.Names{Field: "username", Scope: "account.username"}, func(c *createAccount) string { return c.Username },
 			func(context.Context, string) (bool, error) { return false, boom }),
 	}})
 	b := startBus(t, mw, handler(func(ctx context.Context, c *createAccount) (string, error) {
@@ -169,7 +169,7 @@ func TestLookupErrorKeepsItsCause(t *testing.T) {
 	boom := errors.New("staff database unreachable")
 	store := newMemory(t)
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-		uniqueness.Field("email", "staff.email", func(c *commands.CreateStaff) string { return c.Email },
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c *commands.CreateStaff) string { return c.Email },
 			func(context.Context, string) (bool, error) { return false, boom }),
 	}})
 	p := middleware.NewPipeline(context.Background(), &commands.CreateStaff{StaffID: "s", Email: "ann@x.org"})
@@ -284,10 +284,10 @@ func (a *accountTable) insert(id, email, username string) error {
 func accountRules(a *accountTable) []uniqueness.Rule {
 	norm := uniqueness.Normalize(uniqueness.NormalizeEmail)
 	return []uniqueness.Rule{
-		uniqueness.Field("email", "account.email", func(c *createAccount) string { return c.Email }, a.emailTaken, norm),
-		uniqueness.Field("username", "account.username", func(c *createAccount) string { return c.Username }, a.usernameTaken),
-		uniqueness.Field("username", "account.username", func(c *renameAccount) string { return c.Username }, a.usernameTaken),
-		uniqueness.Field("email", "account.email", func(c *renameAccount) string { return c.Email }, a.emailTaken, norm),
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "account.email"}, func(c *createAccount) string { return c.Email }, a.emailTaken, norm),
+		uniqueness.Field(uniqueness.Names{Field: "username", Scope: "account.username"}, func(c *createAccount) string { return c.Username }, a.usernameTaken),
+		uniqueness.Field(uniqueness.Names{Field: "username", Scope: "account.username"}, func(c *renameAccount) string { return c.Username }, a.usernameTaken),
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "account.email"}, func(c *renameAccount) string { return c.Email }, a.emailTaken, norm),
 	}
 }
 
@@ -377,7 +377,7 @@ func TestScopeIsSharedAcrossCommandTypes(t *testing.T) {
 	type changeStaffEmail struct{ StaffID, Email string }
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
 		emailRule(table),
-		uniqueness.Field("email", "staff.email", func(c *changeStaffEmail) string { return c.Email },
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c *changeStaffEmail) string { return c.Email },
 			table.taken, uniqueness.Normalize(uniqueness.NormalizeEmail)),
 	}})
 	h := &staffHandler{table: table}
@@ -460,6 +460,37 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	got := receive(t, r)
 	require.Error(t, got.err)
 	require.Contains(t, got.err.Error(), "claim lost")
+	requireNothingHeld(t, store)
+}
+
+// The loss is seen where the store ends the lock, not an interval later:
+// the memory store's Reset returns only once the handler's context is
+// cancelled.
+func TestLostClaimCancelsTheHandlerBeforeResetReturns(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t)
+	table := newMemTable()
+	g := newGate()
+	ctxs := make(chan context.Context, 1)
+	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+		ctxs <- ctx
+		close(g.started)
+		<-g.open // not ctx: the test reads ctx itself
+		return "", context.Cause(ctx)
+	}))
+
+	r := dispatchAsync(b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann"})
+	requireClosed(t, g.started, "the handler's start")
+	hctx := <-ctxs
+	require.NoError(t, hctx.Err(), "the handler's context before the loss")
+	require.NoError(t, store.Reset(context.Background()))
+	require.ErrorIs(t, hctx.Err(), context.Canceled, "the handler's context is cancelled when Reset returns")
+	require.ErrorIs(t, context.Cause(hctx), uniqueness.ErrClaimLost)
+	close(g.open)
+	got := receive(t, r)
+	require.Error(t, got.err)
+	require.Contains(t, got.err.Error(), "claim lost", "the handler's error crosses the bus as text")
 	requireNothingHeld(t, store)
 }
 
@@ -652,37 +683,37 @@ func TestConfigValidate(t *testing.T) {
 		want []string
 	}{
 		{"valid", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{good}}, nil},
-		{"everything wrong", uniqueness.Config{ClaimTimeout: -time.Second, LostCheckInterval: -1},
-			[]string{"Locker is nil", "ClaimTimeout is negative", "LostCheckInterval is negative", "Rules is empty"}},
+		{"everything wrong", uniqueness.Config{ClaimTimeout: -time.Second},
+			[]string{"Locker is nil", "ClaimTimeout is negative", "Rules is empty"}},
 		{"zero rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{{}}}, []string{"Rules[0] is a zero Rule"}},
 		{"duplicate field", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{good, good}},
 			[]string{`Rules[1]: a second rule for field "email"`}},
 		{"bad rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field[*commands.CreateStaff]("", "", nil, nil, uniqueness.Normalize(nil),
+			uniqueness.Field[*commands.CreateStaff](uniqueness.Names{Field: "", Scope: ""}, nil, nil, uniqueness.Normalize(nil),
 				uniqueness.AlreadyDone(func(context.Context, *commands.GuessWord, string) (bool, error) { return false, nil })),
 		}}, []string{"empty field name", "not a valid lock namespace", "nil value function", "nil lookup",
 			"empty option", "AlreadyDone is for *commands.GuessWord"}},
 		{"nil AlreadyDone", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.AlreadyDone[*commands.CreateStaff](nil)),
 		}}, []string{"nil AlreadyDone function"}},
 		{"value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken),
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c commands.CreateStaff) string { return c.Email }, table.taken),
 		}}, nil},
 		{"WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack(func(c *commands.CreateStaff, v string) { c.Email = v })),
 		}}, nil},
 		{"WriteBack of another type", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack(func(*commands.GuessWord, string) {})),
 		}}, []string{"WriteBack is for *commands.GuessWord, not *commands.CreateStaff"}},
 		{"WriteBack on a value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c commands.CreateStaff) string { return c.Email }, table.taken,
 				uniqueness.WriteBack(func(commands.CreateStaff, string) {})),
 		}}, []string{"WriteBack needs a pointer command type (*commands.CreateStaff)"}},
 		{"nil WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack[*commands.CreateStaff](nil)),
 		}}, []string{"nil WriteBack function"}},
 	}

@@ -261,7 +261,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Locker:       n.backend.Locker(),
 		ClaimTimeout: cfg.claimTimeout(),
 		Rules: []uniqueness.Rule{
-			uniqueness.Field("email", NamespaceStaffEmail,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail},
 				func(c *commands.CreateStaff) string { return c.Email },
 				n.staffEmailTaken, opts...),
 		},

@@ -361,9 +361,5 @@ func turnTaken(s *Store, key lockstore.Key) bool {
 	if err != nil {
 		return false
 	}
-	sh := s.queue.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	_, busy := sh.m[id]
-	return busy
+	return s.queue.queued(id) > 0
 }
