@@ -1,4 +1,3 @@
-GOLANGCI_LINT_VERSION := v2.15.0
 BENCH ?= .
 PKG ?= ./...
 
@@ -36,8 +35,8 @@ fuzz: ## Run each fuzz target of the HTTP API for FUZZTIME (default 1m, FUZZ_TAR
 		go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZ_PKG); \
 	done
 
-lint: ## Run golangci-lint.
-	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
+lint: ## Run golangci-lint (the version .ci/golangci-lint pins, installed on first use).
+	bash .ci/golangci-lint run $(PKG)
 
 tidy: ## Tidy go.mod and go.sum.
 	go mod tidy

@@ -1,7 +1,6 @@
 package commands_test
 
 import (
-	"errors"
 	"net/mail"
 	"strings"
 	"testing"
@@ -111,7 +110,7 @@ func TestValidate(t *testing.T) {
 			require.Equal(t, tt.field, fe.Field())
 			require.ErrorIs(t, err, commands.ErrInvalid)
 			var named interface{ Field() string }
-			require.True(t, errors.As(err, &named), "the error names its field through a Field method")
+			require.ErrorAs(t, err, &named, "the error names its field through a Field method")
 			require.Equal(t, "commands: invalid "+tt.field+": "+fe.Reason, err.Error())
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/claimbus/claimbus/claimstore"
+	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
@@ -75,8 +76,9 @@ type run struct {
 	lock   lockstore.Lock
 	fp     []byte
 	cancel context.CancelCauseFunc
-	stop   chan struct{} // closed by the after hooks: the watch ends
-	exited chan struct{} // closed by the watch as it returns
+	// watch cancels the handler's context when the lock is lost (see
+	// lockstore.AfterLost); the after hooks stop it.
+	watch afterlost.Node
 }
 
 // Key returns the key under which the lock and the outcome of the command
@@ -168,10 +170,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	hctx, cancel := context.WithCancelCause(p.Context())
 	p.SetContext(hctx)
 	r := &run{key: key, lock: lk, fp: fp, cancel: cancel}
-	if lost := lk.Lost(); lost != nil {
-		r.stop, r.exited = make(chan struct{}), make(chan struct{})
-		go r.watch(lost)
-	}
+	afterlost.Watch(lk, &r.watch, r)
 	p.Assign(AssignRun, r)
 }
 
@@ -266,15 +265,9 @@ func answer(p *middleware.Pipeline, o claimstore.Outcome, fp []byte) {
 	p.Halt(nil)
 }
 
-// watch cancels the handler's context when the lock is lost, until the
-// after hooks stop it.
-func (r *run) watch(lost <-chan struct{}) {
-	defer close(r.exited)
-	select {
-	case <-lost:
-		r.cancel(fmt.Errorf("%w: %s", ErrLockLost, r.key))
-	case <-r.stop:
-	}
+// LockLost cancels the handler's context: the run's lock was lost.
+func (r *run) LockLost() {
+	r.cancel(fmt.Errorf("%w: %s", ErrLockLost, r.key))
 }
 
 // AfterDispatch stores the command's response as its key's outcome, then
@@ -298,10 +291,7 @@ func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline) {
 	if !ok {
 		return
 	}
-	if r.stop != nil {
-		close(r.stop)
-		<-r.exited
-	}
+	r.watch.Stop()
 	lost := false
 	select {
 	case <-r.lock.Lost():

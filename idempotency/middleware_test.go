@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
@@ -29,7 +30,11 @@ import (
 func repeatStorm(t *testing.T, e *env, n int, front *counter, buses ...*bus.Bus) {
 	t.Helper()
 	e.gate = func(context.Context, *Pay) error {
-		eventually(t, "every repeat in its pipeline", func() bool { return front.before.Load() == int64(n) })
+		// The handler's goroutine, not the test's: assert reports without
+		// FailNow, and the error fails the sends, checked below.
+		if !assert.Eventually(t, func() bool { return front.before.Load() == int64(n) }, 10*time.Second, time.Millisecond, "every repeat in its pipeline") { //nolint:forbidigo // see above
+			return errors.New("not every repeat entered its pipeline")
+		}
 		return nil
 	}
 	receipts := make([]Receipt, n)
@@ -391,7 +396,7 @@ func TestLockWaitEndsWithTheSendersContext(t *testing.T) {
 	// came first.
 	require.Error(t, err)
 	require.Regexp(t, "deadline exceeded|canceled", err.Error())
-	eventually(t, "the waiter gone", func() bool { return e.mem.Waiting(payKeyOf("k")) == 0 })
+	require.Eventually(t, func() bool { return e.mem.Waiting(payKeyOf("k")) == 0 }, 10*time.Second, time.Millisecond, "the waiter gone")
 	require.Zero(t, e.runs.Load())
 }
 
@@ -479,7 +484,7 @@ func TestRunPurgerPurgesUntilItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.RunPurger(ctx, time.Millisecond) }()
-	eventually(t, "two purges", func() bool { _, _, purges := fs.counts(); return purges >= 2 })
+	require.Eventually(t, func() bool { _, _, purges := fs.counts(); return purges >= 2 }, 10*time.Second, time.Millisecond, "two purges")
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 }

@@ -38,7 +38,7 @@ func TestBeforeUniqueness(t *testing.T) {
 				return emails[email], nil
 			}
 			unique, err := uniqueness.New(uniqueness.Config{Locker: e.locker, Rules: []uniqueness.Rule{
-				uniqueness.Field("email", "user.email", func(c *Register) string { return c.Email }, taken),
+				uniqueness.Field(uniqueness.Names{Field: "email", Scope: "user.email"}, func(c *Register) string { return c.Email }, taken),
 			}})
 			require.NoError(t, err)
 			idem := e.middleware(idempotency.Config{Locker: e.locker, Store: e.store, Retention: time.Hour,

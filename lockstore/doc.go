@@ -32,6 +32,15 @@
 //		_ = l.Release(context.Background())
 //	}()
 //
+// The other way round, AfterLost calls a function when a lock is lost,
+// where the store ends it, with no goroutine or polling per lock (the
+// locks of every store here implement LostNotifier); a holder cancels its
+// work with it:
+//
+//	ctx, cancel := context.WithCancelCause(ctx)
+//	stop := lockstore.AfterLost(l, func() { cancel(lockstore.ErrLockLost) })
+//	defer stop()
+//
 // # Backends
 //
 // The memory store (NewMemory) is in process. The PostgreSQL store

@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/internal/keyqueue"
 )
 
 // Shard counts of a memory store.
@@ -110,7 +113,7 @@ type memShard struct {
 	seq int64
 	// lost counts the locks of the shard that ended lost.
 	lost  int64
-	locks lockTable
+	locks keyqueue.Table[Key, memLock, *memLock]
 	// Keep the hot fields of neighbouring shards on different cache lines.
 	_ [64]byte
 }
@@ -143,7 +146,6 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 		s := &m.shards[i]
 		s.m = m
 		s.index = int64(i)
-		s.locks.resize(minTableSize)
 	}
 	return m, nil
 }
@@ -184,7 +186,7 @@ func (m *Memory) TryLock(ctx context.Context, key Key) (Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.locks.find(h, key) != nil {
+	if s.locks.Get(h, key) != nil {
 		s.mu.Unlock()
 		return nil, ErrLocked
 	}
@@ -203,32 +205,32 @@ func (m *Memory) Lock(ctx context.Context, key Key) (Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	holder := s.locks.find(h, key)
+	holder := s.locks.Get(h, key)
 	if holder == nil {
 		l := s.grant(h, key)
 		s.mu.Unlock()
 		return l, nil
 	}
-	w := &waiter{ready: make(chan struct{})}
-	holder.extension().queue.push(w)
+	w := &waiter{Value: memWait{ready: make(chan struct{})}}
+	holder.extension().queue.Push(w)
 	s.mu.Unlock()
 
 	select {
-	case <-w.ready:
+	case <-w.Value.ready:
 	case <-ctx.Done():
 		s.mu.Lock()
-		if w.state == waiting {
+		if w.Value.state == waiting {
 			// The key's holder may have changed, never its queue.
-			s.locks.find(h, key).ext.queue.remove(w)
+			s.locks.Get(h, key).ext.queue.Remove(w)
 			s.mu.Unlock()
 			return nil, ctx.Err()
 		}
 		s.mu.Unlock()
 	}
-	if w.state == failed {
-		return nil, w.err
+	if w.Value.state == failed {
+		return nil, w.Value.err
 	}
-	return &w.lock, nil
+	return &w.Value.lock, nil
 }
 
 // lockShard checks what TryLock and Lock check first (a valid key, a live
@@ -263,7 +265,7 @@ func (m *Memory) Held(ctx context.Context) ([]Holder, error) {
 			s.mu.Unlock()
 			return nil, ErrClosed
 		}
-		for l := range s.locks.all {
+		for l := range s.locks.All {
 			hs = append(hs, Holder{Key: l.key, Token: l.token, AcquiredAt: l.AcquiredAt(), Node: m.node})
 		}
 		s.mu.Unlock()
@@ -275,12 +277,14 @@ func (m *Memory) Held(ctx context.Context) ([]Holder, error) {
 // Reset ends every lock held now, as if its lease had run out: its Lost
 // channel closes, its Release reports ErrLockLost, and the key goes to its
 // next waiter, if any, with a new, greater token. Tokens are never rewound.
-// It is meant for tests.
+// The functions registered with AfterLost on those locks have run when it
+// returns. It is meant for tests.
 func (m *Memory) Reset(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var locks []*memLock
+	var fire []afterlost.Chain
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
@@ -288,28 +292,35 @@ func (m *Memory) Reset(ctx context.Context) error {
 			s.mu.Unlock()
 			return ErrClosed
 		}
-		locks = slices.AppendSeq(locks[:0], s.locks.all)
+		locks = slices.AppendSeq(locks[:0], s.locks.All)
 		for _, l := range locks {
-			s.end(l, lost)
+			fire = append(fire, s.end(l, lost))
 		}
 		s.mu.Unlock()
+		for _, c := range fire {
+			c.Fire()
+		}
+		fire = fire[:0]
 	}
 	return nil
 }
 
 // Close ends every lock (closing its Lost channel; its Release then
 // returns an error matching both ErrLockLost and ErrClosed), fails every
-// waiter with ErrClosed, stops the lease timers and waits for any timer
-// call already running. Later calls on the store fail with ErrClosed; Close itself is
+// waiter with ErrClosed, runs the functions registered with AfterLost on
+// those locks, stops the lease timers and waits for any timer call already
+// running. Later calls on the store fail with ErrClosed; Close itself is
 // idempotent and returns nil.
 func (m *Memory) Close() error {
 	m.closeOnce.Do(func() {
+		var fire []afterlost.Chain
 		for i := range m.shards {
 			s := &m.shards[i]
 			s.mu.Lock()
 			s.closed = true
-			for l := range s.locks.all {
+			for l := range s.locks.All {
 				l.state = lost
+				fire = append(fire, l.after.Take())
 				if e := l.ext; e != nil {
 					e.failWaiters(ErrClosed)
 					s.stopLease(e)
@@ -318,8 +329,11 @@ func (m *Memory) Close() error {
 					}
 				}
 			}
-			s.locks = lockTable{}
+			s.locks = keyqueue.Table[Key, memLock, *memLock]{}
 			s.mu.Unlock()
+		}
+		for _, c := range fire {
+			c.Fire()
 		}
 		m.timers.Wait()
 	})
@@ -333,8 +347,8 @@ func (m *Memory) Waiting(key Key) int {
 	s := m.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l := s.locks.find(h, key); l != nil && l.ext != nil {
-		return l.ext.queue.n
+	if l := s.locks.Get(h, key); l != nil && l.ext != nil {
+		return l.ext.queue.Len()
 	}
 	return 0
 }
@@ -346,7 +360,7 @@ func (m *Memory) Len() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += s.locks.n
+		n += s.locks.Len()
 		s.mu.Unlock()
 	}
 	return n
@@ -360,11 +374,11 @@ func (m *Memory) Stats() Stats {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		st.Held += int64(s.locks.n)
+		st.Held += int64(s.locks.Len())
 		st.LocksLost += s.lost
-		for l := range s.locks.all {
+		for l := range s.locks.All {
 			if l.ext != nil {
-				st.Waiting += int64(l.ext.queue.n)
+				st.Waiting += int64(l.ext.queue.Len())
 			}
 		}
 		s.mu.Unlock()
@@ -384,7 +398,7 @@ func (s *memShard) grant(h uint64, key Key) *memLock {
 	if s.m.ttl > 0 {
 		s.startLease(l)
 	}
-	s.locks.insert(l)
+	s.locks.Put(h, l)
 	return l
 }
 
@@ -400,25 +414,33 @@ func (s *memShard) nextToken() int64 {
 // takes l's place in the table with a fresh token and lease and the rest of
 // l's queue. The caller holds s.mu.
 func (s *memShard) handTo(l *memLock, w *waiter) {
-	w.lock = memLock{shard: s, key: l.key, hash: l.hash, token: s.nextToken(), at: s.m.stamp(), state: held, ext: &w.ext}
-	w.ext.queue, l.ext.queue = l.ext.queue, waitQueue{}
+	v := &w.Value
+	v.lock = memLock{shard: s, key: l.key, hash: l.hash, token: s.nextToken(), at: s.m.stamp(), state: held, ext: &v.ext}
+	v.ext.queue, l.ext.queue = l.ext.queue, keyqueue.List[memWait]{}
 	if s.m.ttl > 0 {
-		s.startLease(&w.lock)
+		s.startLease(&v.lock)
 	}
-	s.locks.replace(l, &w.lock)
-	w.state = granted
-	close(w.ready)
+	s.locks.Set(l.hash, &w.Value.lock)
+	v.state = granted
+	close(v.ready)
 }
 
 // end ends the held lock l, as released by its owner or lost: a lost lock's
 // Lost channel closes. The key goes to its oldest waiter, or is forgotten
-// when nobody waits. The caller holds s.mu.
-func (s *memShard) end(l *memLock, how lockState) {
+// when nobody waits. It returns the AfterLost registrations to fire, once
+// s.mu is released, when l is lost; those of a released lock are dropped.
+// The caller holds s.mu.
+func (s *memShard) end(l *memLock, how lockState) (fire afterlost.Chain) {
 	l.state = how
+	if how == lost {
+		fire = l.after.Take()
+	} else if l.after.Len() > 0 {
+		l.after = afterlost.List{}
+	}
 	e := l.ext
 	if e == nil {
-		s.locks.delete(l)
-		return
+		s.locks.Delete(l.hash, l.key)
+		return fire
 	}
 	s.stopLease(e)
 	if how == lost {
@@ -427,11 +449,12 @@ func (s *memShard) end(l *memLock, how lockState) {
 	if how == lost && e.lost != nil {
 		close(e.lost)
 	}
-	if e.queue.n == 0 {
-		s.locks.delete(l)
-		return
+	if e.queue.Len() == 0 {
+		s.locks.Delete(l.hash, l.key)
+		return fire
 	}
-	s.handTo(l, e.queue.pop())
+	s.handTo(l, e.queue.Pop())
+	return fire
 }
 
 // startLease schedules the end of l's lease one TTL from now. The caller
@@ -460,10 +483,12 @@ func (s *memShard) stopLease(e *lockExt) {
 // refreshed meanwhile, it ends l.
 func (s *memShard) expire(l *memLock, ls *lease) {
 	defer s.m.timers.Done()
+	var fire afterlost.Chain
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if l.state == held && l.ext.lease == ls {
 		l.ext.lease = nil
-		s.end(l, lost)
+		fire = s.end(l, lost)
 	}
+	s.mu.Unlock()
+	fire.Fire()
 }

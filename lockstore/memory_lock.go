@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/internal/keyqueue"
 )
 
 // lockState is where a memLock is in its life.
@@ -28,6 +31,8 @@ type memLock struct {
 
 	state lockState
 	ext   *lockExt
+	// after holds the AfterLost registrations while the lock is held.
+	after afterlost.List
 }
 
 // lockExt is the part of a lock made when first needed: by Lost, by a
@@ -37,7 +42,7 @@ type lockExt struct {
 	// lost.
 	lost chan struct{}
 	// queue holds the key's waiters while the lock is held.
-	queue waitQueue
+	queue keyqueue.List[memWait]
 	lease *lease
 }
 
@@ -47,8 +52,10 @@ type lease struct {
 }
 
 var (
-	_ Lock      = (*memLock)(nil)
-	_ Refresher = (*memLock)(nil)
+	_ Lock              = (*memLock)(nil)
+	_ Refresher         = (*memLock)(nil)
+	_ LostNotifier      = (*memLock)(nil)
+	_ afterlost.Watcher = (*memLock)(nil)
 )
 
 // extension returns l.ext, making it first if needed. The caller holds the
@@ -62,6 +69,9 @@ func (l *memLock) extension() *lockExt {
 
 // Key is the key this lock holds.
 func (l *memLock) Key() Key { return l.key }
+
+// TableKey is the key of the lock in its shard's table.
+func (l *memLock) TableKey() Key { return l.key }
 
 // Token is the fencing token of this grant.
 func (l *memLock) Token() int64 { return l.token }
@@ -83,6 +93,30 @@ func (l *memLock) Lost() <-chan struct{} {
 		}
 	}
 	return e.lost
+}
+
+// AfterLost arranges for f to be called when the lock is lost (see the
+// package function AfterLost): by Reset and Close before they return, by
+// a lease's end in its timer's goroutine, after the shard's mutex is
+// released.
+func (l *memLock) AfterLost(f func()) (stop func() bool) {
+	n := &afterlost.Node{}
+	afterlost.Watch(l, n, afterlost.Func(f))
+	return n.Stop
+}
+
+// WatchLost registers n to be fired when the lock is lost.
+func (l *memLock) WatchLost(n *afterlost.Node) {
+	s := l.shard
+	s.mu.Lock()
+	state := l.state
+	if state == held {
+		l.after.Push(n)
+	}
+	s.mu.Unlock()
+	if state == lost {
+		n.FireLater()
+	}
 }
 
 // Release gives the key to its next waiter, or frees it, and returns nil.
@@ -137,12 +171,12 @@ func (l *memLock) lostError(op string, closed bool) error {
 // failWaiters fails every waiter queued on the lock with err. The caller
 // holds the shard's mutex.
 func (e *lockExt) failWaiters(err error) {
-	for w := e.queue.head; w != nil; w = w.next {
-		w.state = failed
-		w.err = err
-		close(w.ready)
+	for w := range e.queue.All {
+		w.Value.state = failed
+		w.Value.err = err
+		close(w.Value.ready)
 	}
-	e.queue = waitQueue{}
+	e.queue = keyqueue.List[memWait]{}
 }
 
 // waitState is where a waiter is: queued, or out of the queue with a grant
@@ -155,54 +189,17 @@ const (
 	failed
 )
 
-// waiter is one Lock call queued on a held key. Its lock, with ext as its
-// extension, is filled in and returned to the caller when the key is
-// handed to it. The other fields are guarded by the shard's mutex; ready is
-// closed when state leaves waiting.
-type waiter struct {
-	lock       memLock
-	ext        lockExt
-	prev, next *waiter
-	ready      chan struct{}
-	state      waitState
-	err        error
-}
+// waiter is one Lock call queued on a held key, in its holder's queue.
+type waiter = keyqueue.Waiter[memWait]
 
-// waitQueue is the FIFO of waiters on one key, a doubly linked list so that
-// a waiter that gives up leaves in constant time.
-type waitQueue struct {
-	head, tail *waiter
-	n          int
-}
-
-func (q *waitQueue) push(w *waiter) {
-	w.prev = q.tail
-	if q.tail == nil {
-		q.head = w
-	} else {
-		q.tail.next = w
-	}
-	q.tail = w
-	q.n++
-}
-
-func (q *waitQueue) pop() *waiter {
-	w := q.head
-	q.remove(w)
-	return w
-}
-
-func (q *waitQueue) remove(w *waiter) {
-	if w.prev == nil {
-		q.head = w.next
-	} else {
-		w.prev.next = w.next
-	}
-	if w.next == nil {
-		q.tail = w.prev
-	} else {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next = nil, nil
-	q.n--
+// memWait is what a waiter carries. Its lock, with ext as its extension,
+// is filled in and returned to the caller when the key is handed to it.
+// The other fields are guarded by the shard's mutex; ready is closed when
+// state leaves waiting.
+type memWait struct {
+	lock  memLock
+	ext   lockExt
+	ready chan struct{}
+	state waitState
+	err   error
 }

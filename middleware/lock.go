@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -124,10 +124,22 @@ type lockMiddleware struct {
 
 // lockRun is what one run of the Lock middleware holds.
 type lockRun struct {
-	locks  []lockstore.Lock
-	cancel context.CancelCauseFunc // cancels the handler's context
-	stop   chan struct{}           // closed to stop the watchers
-	wg     sync.WaitGroup          // the watchers
+	locks   []lockstore.Lock
+	cancel  context.CancelCauseFunc // cancels the handler's context
+	watches []lockWatch             // one per lock, registered with its store
+}
+
+// lockWatch cancels the handler's context when its lock is lost (see
+// lockstore.AfterLost).
+type lockWatch struct {
+	node afterlost.Node
+	lock lockstore.Lock
+	run  *lockRun
+}
+
+// LockLost cancels the handler's context.
+func (w *lockWatch) LockLost() {
+	w.run.cancel(fmt.Errorf("middleware: lock %s lost while the command ran: %w", w.lock.Key(), lockstore.ErrLockLost))
 }
 
 // BeforeDispatch takes the command's locks or halts it.
@@ -172,15 +184,11 @@ func (m *lockMiddleware) BeforeDispatch(ctx context.Context, p *Pipeline) {
 	}
 
 	hctx, cancel := context.WithCancelCause(p.Context())
-	run := &lockRun{locks: locks, cancel: cancel, stop: make(chan struct{})}
-	for _, l := range locks {
-		run.wg.Go(func() {
-			select {
-			case <-l.Lost():
-				cancel(fmt.Errorf("middleware: lock %s lost while the command ran: %w", l.Key(), lockstore.ErrLockLost))
-			case <-run.stop:
-			}
-		})
+	run := &lockRun{locks: locks, cancel: cancel, watches: make([]lockWatch, len(locks))}
+	for i, l := range locks {
+		w := &run.watches[i]
+		w.lock, w.run = l, run
+		afterlost.Watch(l, &w.node, w)
 	}
 	kept = true
 	p.SetContext(hctx)
@@ -219,7 +227,7 @@ func (m *lockMiddleware) AfterDispatch(ctx context.Context, p *Pipeline) { m.end
 // AfterFailure releases the locks.
 func (m *lockMiddleware) AfterFailure(ctx context.Context, p *Pipeline) { m.end(ctx, p) }
 
-// end stops the watchers, releases the locks and cancels the handler's
+// end stops the watches, releases the locks and cancels the handler's
 // context.
 func (m *lockMiddleware) end(ctx context.Context, p *Pipeline) {
 	v, ok := p.Assigned(m.stateKey)
@@ -227,8 +235,9 @@ func (m *lockMiddleware) end(ctx context.Context, p *Pipeline) {
 		return
 	}
 	run := v.(*lockRun)
-	close(run.stop)
-	run.wg.Wait()
+	for i := range run.watches {
+		run.watches[i].node.Stop()
+	}
 	m.release(ctx, p.CommandUUID, run.locks)
 	run.cancel(nil)
 }

@@ -163,7 +163,7 @@ func TestLockWait(t *testing.T) {
 			// Cancel once the command waits (or at the deadline, failing
 			// the checks below).
 			for deadline := time.Now().Add(waitTimeout); store.Waiting(transferKey("t1")) == 0 && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) //nolint:forbidigo // polls on the canceller's goroutine, where require cannot fail the test
 			}
 			cancel()
 		}()
@@ -305,7 +305,7 @@ func (l releaseFailsLock) Release(ctx context.Context) error {
 func TestLockReleaseErrorIsLogged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	logged := func(t *testing.T, cfg middleware.LockConfig, h middleware.HandlerFunc) (error, []map[string]any) {
+	logged := func(t *testing.T, cfg middleware.LockConfig, h middleware.HandlerFunc) ([]map[string]any, error) {
 		t.Helper()
 		buf := &syncBuffer{}
 		cfg.Keys = transferKeys
@@ -315,14 +315,14 @@ func TestLockReleaseErrorIsLogged(t *testing.T) {
 		p := middleware.NewPipeline(ctx, &Transfer{ID: "t1"})
 		p.CommandUUID = "cmd-1"
 		_, err = newRunner(t, lock).Run(ctx, p, h)
-		return err, buf.records(t)
+		return buf.records(t), err
 	}
 
 	t.Run("lost", func(t *testing.T) {
 		t.Parallel()
 		clock := lockstoretest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 		store := newMemory(t, lockstore.MemoryConfig{TTL: time.Minute, Clock: clock})
-		err, recs := logged(t, middleware.LockConfig{Locker: store}, func(ctx context.Context, _ *middleware.Pipeline) (any, error) {
+		recs, err := logged(t, middleware.LockConfig{Locker: store}, func(ctx context.Context, _ *middleware.Pipeline) (any, error) {
 			clock.Advance(time.Minute) // the lease runs out while the handler runs
 			select {
 			case <-ctx.Done():
@@ -345,7 +345,7 @@ func TestLockReleaseErrorIsLogged(t *testing.T) {
 		t.Parallel()
 		store := newMemory(t, lockstore.MemoryConfig{})
 		locker := releaseFailsLocker{Locker: store, err: errors.New("unlock went unanswered")}
-		err, recs := logged(t, middleware.LockConfig{Locker: locker}, func(context.Context, *middleware.Pipeline) (any, error) {
+		recs, err := logged(t, middleware.LockConfig{Locker: locker}, func(context.Context, *middleware.Pipeline) (any, error) {
 			return nil, nil
 		})
 		require.NoError(t, err, "a failed release does not fail a command that succeeded")

@@ -31,7 +31,7 @@ var haltingMiddleware = []struct {
 	{"uniqueness", func(t *testing.T, locker lockstore.Locker) middleware.Middleware {
 		m, err := uniqueness.New(uniqueness.Config{
 			Locker: locker, ClaimTimeout: time.Second, Logger: discardLogger,
-			Rules: []uniqueness.Rule{uniqueness.Field("id", "transfer.id",
+			Rules: []uniqueness.Rule{uniqueness.Field(uniqueness.Names{Field: "id", Scope: "transfer.id"},
 				func(c *Transfer) string { return c.ID },
 				func(context.Context, string) (bool, error) { return false, nil })},
 		})

@@ -56,7 +56,7 @@ func newUnique(t testing.TB, db *users) (*uniqueness.Middleware, *lockstore.Memo
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker: store,
 		Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "user.email", func(c *CreateUser) string { return c.Email }, db.taken),
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "user.email"}, func(c *CreateUser) string { return c.Email }, db.taken),
 		},
 	})
 	require.NoError(t, err)

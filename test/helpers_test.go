@@ -109,7 +109,7 @@ func eventually(t testing.TB, cond func() bool, format string, args ...any) {
 		if time.Now().After(end) {
 			t.Fatalf("timed out after %v waiting until "+format, append([]any{deadline}, args...)...)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // conditions here call t.Fatalf and require, so they run on the test's goroutine, never on require.Eventually's
 	}
 }
 

@@ -209,7 +209,7 @@ func TestProcessBadInputsAndSlowClient(t *testing.T) {
 				if _, err := conn.Write([]byte{body[i]}); err != nil {
 					break
 				}
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) //nolint:forbidigo // a slow client, one byte per half second: the sleep is the condition
 			}
 		}()
 		go func() {

@@ -127,10 +127,10 @@ func BenchmarkHooksValueTypeRule(b *testing.B) {
 		name string
 		rule uniqueness.Rule
 	}{
-		{"value", uniqueness.Field("email", "staff.email",
+		{"value", uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 			func(c commands.CreateStaff) string { return c.Email }, table.taken,
 			uniqueness.Normalize(uniqueness.NormalizeEmail))},
-		{"writeback", uniqueness.Field("email", "staff.email",
+		{"writeback", uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 			func(c *commands.CreateStaff) string { return c.Email }, table.taken,
 			uniqueness.Normalize(uniqueness.NormalizeEmail),
 			uniqueness.WriteBack(func(c *commands.CreateStaff, v string) { c.Email = v }))},

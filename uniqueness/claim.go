@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/internal/keyqueue"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/observe"
@@ -35,26 +37,23 @@ type Claimer struct {
 	locker lockstore.Locker
 	seed   maphash.Seed
 	shards [numShards]shard
-	lost   lostWatch
 }
 
-// shard is one part of the table of keys, padded to a cache line so that
-// two shards never share one.
+// shard is one part of the table of keys, padded so that two shards'
+// mutexes never share a cache line. Its table gives an idle key's memory
+// back (see keyqueue.Table).
 type shard struct {
 	mu   sync.Mutex
-	keys map[lockstore.Key]*keyState
-	// peak is the largest len(keys) since keys was last rebuilt.
-	peak int
-	_    [40]byte
+	keys keyqueue.Table[lockstore.Key, keyState, *keyState]
+	_    [64]byte
 }
-
-// shrinkMin is the smallest peak size from which a shard's map is rebuilt
-// once most of its keys are gone: Go maps never give memory back.
-const shrinkMin = 1024
 
 // keyState is what a Claimer knows about one key while claimants of this
 // process wait for it or hold it.
 type keyState struct {
+	// key and hash are the key's and its hash (see Claimer.hash).
+	key  lockstore.Key
+	hash uint64
 	// refs counts the claimants between entering Claim and leaving it with
 	// an error, or releasing their claim. The entry goes at zero.
 	refs int
@@ -74,17 +73,16 @@ type keyState struct {
 	holder *Claim
 }
 
+// TableKey is the key of the state in its shard's table.
+func (st *keyState) TableKey() lockstore.Key { return st.key }
+
 // statePool recycles keyStates, so that an uncontended claim does not
 // allocate one.
 var statePool = sync.Pool{New: func() any { return new(keyState) }}
 
 // NewClaimer returns a Claimer that takes keys on l.
 func NewClaimer(l lockstore.Locker) *Claimer {
-	c := &Claimer{locker: l, seed: maphash.MakeSeed(), lost: lostWatch{interval: DefaultLostCheckInterval}}
-	for i := range c.shards {
-		c.shards[i].keys = make(map[lockstore.Key]*keyState)
-	}
-	return c
+	return &Claimer{locker: l, seed: maphash.MakeSeed()}
 }
 
 // Claim is one claimant's hold on a key: the value was free when its lookup
@@ -104,6 +102,12 @@ type Claim struct {
 	// ErrClaimLost, if the lock is lost before the claim is released (see
 	// Claimer.watchLost).
 	onLost context.CancelCauseFunc
+	// lostSeen, guarded by sh.mu, is set once the loss of the lock was
+	// reported; watched, once watchLost registered lostWatch.
+	lostSeen, watched bool
+	// lostWatch is the claim's registration with its lock (see
+	// lockstore.AfterLost), from watchLost to its release.
+	lostWatch afterlost.Node
 }
 
 // Claim takes key on the Claimer's Locker, waiting first come first served
@@ -152,13 +156,14 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		return nil, fmt.Errorf("uniqueness: claim %s: %w", key, err)
 	}
 
-	sh := c.shardOf(key)
+	h := c.hash(key)
+	sh := c.shardOf(h)
 	sh.mu.Lock()
-	st := sh.keys[key]
+	st := sh.keys.Get(h, key)
 	if st == nil {
 		st = statePool.Get().(*keyState)
-		sh.keys[key] = st
-		sh.peak = max(sh.peak, len(sh.keys))
+		st.key, st.hash = key, h
+		sh.keys.Put(h, st)
 	}
 	st.refs++
 	st.waiting++
@@ -194,7 +199,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	var lostFunc func()
 	if prev := st.holder; prev != nil {
 		// The previous holder never released: its lock was lost.
-		lostFunc = c.lost.take(prev)
+		lostFunc = prev.takeLost()
 	}
 	// Settled as taken while this claimant waited: it was granted before it
 	// saw the settle.
@@ -230,9 +235,16 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	return cl, nil
 }
 
-// shardOf returns the shard that keeps key.
-func (c *Claimer) shardOf(key lockstore.Key) *shard {
-	return &c.shards[maphash.String(c.seed, key.ID)%numShards]
+// hash returns the hash of key: of its id alone, which tells keys apart
+// well enough (a namespace holds many ids; the table compares whole keys).
+func (c *Claimer) hash(key lockstore.Key) uint64 {
+	return maphash.String(c.seed, key.ID)
+}
+
+// shardOf returns the shard that keeps the key of hash h, picked by the
+// high bits of h; the low bits place the key in the shard's table.
+func (c *Claimer) shardOf(h uint64) *shard {
+	return &c.shards[h>>58%numShards]
 }
 
 // lock takes key, waiting with ctx and, when positive, for at most wait; a
@@ -268,19 +280,12 @@ func (sh *shard) leave(key lockstore.Key, st *keyState) {
 	if st.refs > 0 {
 		return
 	}
-	delete(sh.keys, key)
+	sh.keys.Delete(st.hash, key)
 	if st.cancel != nil {
 		st.cancel()
 	}
 	*st = keyState{}
 	statePool.Put(st)
-	if n := len(sh.keys); sh.peak >= shrinkMin && n <= sh.peak/8 {
-		fresh := make(map[lockstore.Key]*keyState, n)
-		for k, v := range sh.keys {
-			fresh[k] = v
-		}
-		sh.keys, sh.peak = fresh, n
-	}
 }
 
 // len returns the number of keys the Claimer keeps now: those that
@@ -290,7 +295,7 @@ func (c *Claimer) len() int {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		n += len(sh.keys)
+		n += sh.keys.Len()
 		sh.mu.Unlock()
 	}
 	return n
@@ -298,10 +303,11 @@ func (c *Claimer) len() int {
 
 // waiting returns the number of claimants of this process waiting for key.
 func (c *Claimer) waiting(key lockstore.Key) int {
-	sh := c.shardOf(key)
+	h := c.hash(key)
+	sh := c.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if st := sh.keys[key]; st != nil {
+	if st := sh.keys.Get(h, key); st != nil {
 		return st.waiting
 	}
 	return 0
@@ -386,7 +392,7 @@ func (cl *Claim) forget() {
 	if cl.st.holder == cl {
 		cl.st.holder = nil
 	}
-	cl.claimer.lost.forget(cl)
+	cl.unwatch()
 	cl.sh.leave(cl.key, cl.st)
 	cl.st = nil
 }

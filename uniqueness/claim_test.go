@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/keyqueue"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/lockstoretest"
@@ -495,9 +496,42 @@ func TestClaimerForgetsKeysNobodyWaitsFor(t *testing.T) {
 	}
 	wg.Wait()
 	requireNothingHeld(t, store, c)
+	requireTablesGivenBack(t, c)
+}
+
+// requireTablesGivenBack checks that every shard of c has shrunk its table
+// back to the minimum.
+func requireTablesGivenBack(t *testing.T, c *Claimer) {
+	t.Helper()
 	for i := range c.shards {
-		require.Less(t, c.shards[i].peak, shrinkMin+1)
+		require.LessOrEqual(t, c.shards[i].keys.Slots(), keyqueue.MinSlots, "shard %d gave its table back", i)
 	}
+}
+
+// Keys held at once grow the claimer's table; once released, every shard
+// gives its slots back.
+func TestClaimerGivesItsTableBack(t *testing.T) {
+	t.Parallel()
+	store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
+	ctx := context.Background()
+	const n = 5000
+	claims := make([]*Claim, 0, n)
+	for i := range n {
+		cl, err := c.Claim(ctx, key(fmt.Sprintf("held-%d", i)), notTaken)
+		require.NoError(t, err)
+		claims = append(claims, cl)
+	}
+	require.Equal(t, n, c.len())
+	slots := 0
+	for i := range c.shards {
+		slots += c.shards[i].keys.Slots()
+	}
+	require.Greater(t, slots, numShards*keyqueue.MinSlots, "the table grew")
+	for _, cl := range claims {
+		require.NoError(t, cl.Release(ctx))
+	}
+	requireNothingHeld(t, store, c)
+	requireTablesGivenBack(t, c)
 }
 
 // assertNoError reports err from any goroutine without stopping it.
@@ -530,6 +564,23 @@ func (l *lostCause) require(t *testing.T) {
 	}
 }
 
+// watchedClaims returns the number of claims of c with a function to call
+// on a loss.
+func watchedClaims(c *Claimer) int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for st := range sh.keys.All {
+			if st.holder != nil && st.holder.onLost != nil {
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 func TestWatchLost(t *testing.T) {
 	t.Parallel()
 	const ttl = time.Minute
@@ -540,7 +591,6 @@ func TestWatchLost(t *testing.T) {
 		t.Parallel()
 		clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
 		store, c, _ := newClaimer(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
-		c.lost.interval = time.Hour // only the next grant can report it
 		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()
@@ -551,32 +601,45 @@ func TestWatchLost(t *testing.T) {
 		r := receive(t, next)
 		require.NoError(t, r.err)
 		lost.require(t)
-		require.Zero(t, c.lost.watched.Load())
+		require.Zero(t, watchedClaims(c))
 		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 		require.NoError(t, r.claim.Release(ctx))
 		requireNothingHeld(t, store, c)
 	})
 
-	t.Run("found by the periodic check", func(t *testing.T) {
+	t.Run("reported by the store as it ends the lock", func(t *testing.T) {
 		t.Parallel()
 		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
-		c.lost.interval = time.Millisecond
 		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()
 		c.watchLost(holder, lost.cancel)
 		require.NoError(t, store.Reset(ctx))
+		// The memory store runs the AfterLost functions before Reset
+		// returns: the loss is already reported, no interval later.
+		require.Len(t, lost.ch, 1, "the loss is reported before Reset returns")
 		lost.require(t)
 		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
-		require.Eventually(t, func() bool { return !c.lost.armed.Load() }, waitFor, time.Millisecond,
-			"the check is no longer armed once nothing is watched")
+		require.Zero(t, watchedClaims(c), "nothing is watched once the claim is released")
+		requireNothingHeld(t, store, c)
+	})
+
+	t.Run("watched after the loss: reported", func(t *testing.T) {
+		t.Parallel()
+		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
+		holder, err := c.Claim(ctx, k, notTaken)
+		require.NoError(t, err)
+		require.NoError(t, store.Reset(ctx))
+		lost := newLostCause()
+		c.watchLost(holder, lost.cancel)
+		lost.require(t)
+		require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 		requireNothingHeld(t, store, c)
 	})
 
 	t.Run("never reported after release", func(t *testing.T) {
 		t.Parallel()
 		store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
-		c.lost.interval = time.Millisecond
 		var wg sync.WaitGroup
 		var reported atomic.Int64
 		for i := range 50 {
@@ -591,8 +654,7 @@ func TestWatchLost(t *testing.T) {
 		}
 		wg.Wait()
 		require.NoError(t, store.Reset(ctx))
-		require.Zero(t, c.lost.watched.Load())
-		require.Eventually(t, func() bool { return !c.lost.armed.Load() }, waitFor, time.Millisecond)
+		require.Zero(t, watchedClaims(c))
 		require.Zero(t, reported.Load())
 		requireNothingHeld(t, store, c)
 	})

@@ -78,7 +78,7 @@
 //	mw, err := uniqueness.New(uniqueness.Config{
 //		Locker: store, // lockstore.NewMemory, lockstore/postgres, lockstore/sqlite
 //		Rules: []uniqueness.Rule{
-//			uniqueness.Field("email", "staff.email",
+//			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 //				func(c *commands.CreateStaff) string { return c.Email },
 //				staffEmailTaken, // func(ctx, email string) (bool, error)
 //				uniqueness.Normalize(uniqueness.NormalizeEmail),
@@ -98,9 +98,9 @@
 // longer than ClaimTimeout halts with a timeout rejection, a failed lookup
 // or lock store with unavailable, after releasing what was claimed. While
 // the handler runs, a lost claim cancels the handler's context (cause
-// ErrClaimLost): at once when another claimant of this process is granted
-// the key, otherwise within Config.LostCheckInterval (a timer that runs only
-// while claims are held; no goroutine per command). AfterDispatch and
+// ErrClaimLost) at once: the lock's store reports the loss where it ends
+// the lock (lockstore.AfterLost; no goroutine or timer per command), and a
+// store that cannot is watched by one goroutine per claim. AfterDispatch and
 // AfterFailure release the claims, with the re-check that fails the waiters
 // fast once the value exists. A release that fails is logged with the
 // command id and the key (Config.Logger), at Error when the claim's lock
@@ -129,7 +129,7 @@
 // before its handler runs, so that the handler writes exactly what was
 // claimed and what the lookup will find ("ann@x.org", not " Ann@X.org"):
 //
-//	uniqueness.Field("email", "staff.email",
+//	uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 //		func(c *commands.CreateStaff) string { return c.Email },
 //		staffEmailTaken,
 //		uniqueness.Normalize(uniqueness.NormalizeEmail),

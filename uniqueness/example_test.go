@@ -71,7 +71,7 @@ func newStaffRunner(store lockstore.Locker, db *staffDB) *middleware.Runner {
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker: store,
 		Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email",
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 				func(c *commands.CreateStaff) string { return c.Email },
 				db.emailTaken,
 				uniqueness.Normalize(uniqueness.NormalizeEmail)),

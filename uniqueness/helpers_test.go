@@ -94,7 +94,7 @@ func emailRuleWith(table staffTable, lookup uniqueness.LookupFunc, extra ...uniq
 			return id == c.StaffID, err
 		}),
 	}, extra...)
-	return uniqueness.Field("email", "staff.email",
+	return uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c *commands.CreateStaff) string { return c.Email }, lookup, opts...)
 }
 

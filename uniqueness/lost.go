@@ -3,93 +3,83 @@ package uniqueness
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
-	"time"
+
+	"github.com/claimbus/claimbus/internal/afterlost"
 )
 
-// DefaultLostCheckInterval is how often, while claims are watched, a
-// Claimer checks whether their locks were lost, when
-// Config.LostCheckInterval is zero.
-const DefaultLostCheckInterval = 100 * time.Millisecond
-
-// lostWatch reports the loss of a watched claim's lock before its release,
-// without a goroutine per claim: a lost lock is found at once when the next
-// claimant of this process is granted the key, and otherwise by a check of
-// every watched claim each interval. The check is a timer (time.AfterFunc)
-// that is armed only while claims are watched: no goroutine waits for it.
-type lostWatch struct {
-	interval time.Duration
-	// watched counts the claims whose onLost is set.
-	watched atomic.Int64
-	// armed is set while a check is scheduled or running.
-	armed atomic.Bool
-}
+// A Claimer learns that a watched claim's lock was lost from the lock's
+// store, at once (see lockstore.AfterLost): watchLost registers the claim
+// with its lock and its release stops the registration, with no goroutine
+// or timer of the Claimer's own. A claim whose lock is lost before the
+// next claimant of this process is granted the key is reported at that
+// grant at the latest.
 
 // watchLost arranges for f to be called, once, with an error matching
 // ErrClaimLost and naming the key, if cl's lock is lost before cl is
-// released. One function per claim: a later call replaces it.
+// released. One function per claim: a later call replaces it. It must not
+// run at the same time as cl's Release (the middleware calls it before it
+// hands its claims on).
 func (c *Claimer) watchLost(cl *Claim, f context.CancelCauseFunc) {
 	cl.sh.mu.Lock()
 	if cl.st == nil {
 		cl.sh.mu.Unlock()
 		return
 	}
-	if cl.onLost == nil {
-		c.lost.watched.Add(1)
+	if cl.lostSeen {
+		cl.sh.mu.Unlock()
+		f(cl.lostError())
+		return
 	}
 	cl.onLost = f
+	first := !cl.watched
+	cl.watched = true
 	cl.sh.mu.Unlock()
-	if c.lost.armed.CompareAndSwap(false, true) {
-		time.AfterFunc(c.lost.interval, c.checkLost)
+	if first {
+		// Outside sh.mu: a store may tell the claim of a loss at once.
+		afterlost.Watch(cl.lock, &cl.lostWatch, cl)
 	}
 }
 
-// take removes cl's function from the watch and returns the call that
-// reports the loss (nil when none). cl.sh.mu is held.
-func (w *lostWatch) take(cl *Claim) func() {
+// LockLost reports the loss of the claim's lock to its function, if any;
+// the lock's store calls it (see watchLost).
+func (cl *Claim) LockLost() {
+	cl.sh.mu.Lock()
+	if cl.st == nil {
+		// Released meanwhile: nothing to report.
+		cl.sh.mu.Unlock()
+		return
+	}
+	report := cl.takeLost()
+	cl.sh.mu.Unlock()
+	if report != nil {
+		report()
+	}
+}
+
+// takeLost marks the claim's lock as lost and returns the call that
+// reports it (nil when no function is registered). cl.sh.mu is held.
+func (cl *Claim) takeLost() func() {
+	cl.lostSeen = true
 	f := cl.onLost
 	if f == nil {
 		return nil
 	}
 	cl.onLost = nil
-	w.watched.Add(-1)
-	return func() { f(fmt.Errorf("%w: %s", ErrClaimLost, cl.key)) }
+	return func() { f(cl.lostError()) }
 }
 
-// forget removes cl's function from the watch. cl.sh.mu is held.
-func (w *lostWatch) forget(cl *Claim) {
-	if cl.onLost != nil {
-		cl.onLost = nil
-		w.watched.Add(-1)
-	}
+// lostError is the cause given to the function of a lost claim.
+func (cl *Claim) lostError() error {
+	return fmt.Errorf("%w: %s", ErrClaimLost, cl.key)
 }
 
-// checkLost reports every watched claim whose lock was lost, then checks
-// again one interval later while claims are watched.
-func (c *Claimer) checkLost() {
-	var fire []func()
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		for _, st := range sh.keys {
-			if h := st.holder; h != nil && h.onLost != nil && isClosed(h.lock.Lost()) {
-				fire = append(fire, c.lost.take(h))
-			}
-		}
-		sh.mu.Unlock()
+// unwatch forgets the claim's function and stops its registration, if
+// any. cl.sh.mu is held.
+func (cl *Claim) unwatch() {
+	cl.onLost = nil
+	if cl.watched {
+		cl.lostWatch.Stop()
 	}
-	for _, f := range fire {
-		f()
-	}
-	if c.lost.watched.Load() == 0 {
-		c.lost.armed.Store(false)
-		// A claim watched after the load above, and before armed was
-		// cleared, found the check armed: keep checking for it.
-		if c.lost.watched.Load() == 0 || !c.lost.armed.CompareAndSwap(false, true) {
-			return
-		}
-	}
-	time.AfterFunc(c.lost.interval, c.checkLost)
 }
 
 // isClosed reports whether ch is closed (or has a value ready).

@@ -130,12 +130,6 @@ type Config struct {
 	// Lookups run under the command's context, not under this bound.
 	// Default DefaultClaimTimeout.
 	ClaimTimeout time.Duration
-	// LostCheckInterval is how often, while commands hold claims, the
-	// middleware checks whether a claim's lock was lost (a lease ran out, a
-	// lock connection broke) to cancel its handler's context. A loss is
-	// seen at once when another command of this process is granted the
-	// key. Default DefaultLostCheckInterval.
-	LostCheckInterval time.Duration
 	// Logger logs each release that reported an error, which the after
 	// hooks cannot return, with the command's id ("command_id") and the
 	// claim's key ("key"): at Error when the claim's lock was lost while
@@ -156,9 +150,6 @@ func (c Config) Validate() error {
 	}
 	if c.ClaimTimeout < 0 {
 		errs = append(errs, fmt.Errorf("uniqueness: Config.ClaimTimeout is negative (%v)", c.ClaimTimeout))
-	}
-	if c.LostCheckInterval < 0 {
-		errs = append(errs, fmt.Errorf("uniqueness: Config.LostCheckInterval is negative (%v)", c.LostCheckInterval))
 	}
 	if len(c.Rules) == 0 {
 		errs = append(errs, errors.New("uniqueness: Config.Rules is empty (make rules with uniqueness.Field)"))
@@ -212,10 +203,8 @@ func New(cfg Config) (*Middleware, error) {
 	if o, ok := cfg.Locker.(lockstore.KeyOrder); ok {
 		compare = o.CompareKeys
 	}
-	claimer := NewClaimer(cfg.Locker)
-	claimer.lost.interval = cmp.Or(cfg.LostCheckInterval, DefaultLostCheckInterval)
 	return &Middleware{
-		claimer:        claimer,
+		claimer:        NewClaimer(cfg.Locker),
 		rules:          slices.Clone(cfg.Rules),
 		timeout:        cmp.Or(cfg.ClaimTimeout, DefaultClaimTimeout),
 		logger:         cmp.Or(cfg.Logger, slog.Default()),

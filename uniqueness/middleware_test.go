@@ -140,9 +140,9 @@ func TestLookupErrorIsUnavailableAndReleasesEverything(t *testing.T) {
 	accounts := newAccountTable()
 	var runs atomic.Int64
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-		uniqueness.Field("email", "account.email", func(c *createAccount) string { return c.Email },
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "account.email"}, func(c *createAccount) string { return c.Email },
 			accounts.emailTaken, uniqueness.Normalize(uniqueness.NormalizeEmail)),
-		uniqueness.Field("username", "account.username", func(c *createAccount) string { return c.Username },
+		uniqueness.Field(uniqueness.Names{Field: "username", Scope: "account.username"}, func(c *createAccount) string { return c.Username },
 			func(context.Context, string) (bool, error) { return false, boom }),
 	}})
 	b := startBus(t, mw, handler(func(ctx context.Context, c *createAccount) (string, error) {
@@ -169,7 +169,7 @@ func TestLookupErrorKeepsItsCause(t *testing.T) {
 	boom := errors.New("staff database unreachable")
 	store := newMemory(t)
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-		uniqueness.Field("email", "staff.email", func(c *commands.CreateStaff) string { return c.Email },
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c *commands.CreateStaff) string { return c.Email },
 			func(context.Context, string) (bool, error) { return false, boom }),
 	}})
 	p := middleware.NewPipeline(context.Background(), &commands.CreateStaff{StaffID: "s", Email: "ann@x.org"})
@@ -284,10 +284,10 @@ func (a *accountTable) insert(id, email, username string) error {
 func accountRules(a *accountTable) []uniqueness.Rule {
 	norm := uniqueness.Normalize(uniqueness.NormalizeEmail)
 	return []uniqueness.Rule{
-		uniqueness.Field("email", "account.email", func(c *createAccount) string { return c.Email }, a.emailTaken, norm),
-		uniqueness.Field("username", "account.username", func(c *createAccount) string { return c.Username }, a.usernameTaken),
-		uniqueness.Field("username", "account.username", func(c *renameAccount) string { return c.Username }, a.usernameTaken),
-		uniqueness.Field("email", "account.email", func(c *renameAccount) string { return c.Email }, a.emailTaken, norm),
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "account.email"}, func(c *createAccount) string { return c.Email }, a.emailTaken, norm),
+		uniqueness.Field(uniqueness.Names{Field: "username", Scope: "account.username"}, func(c *createAccount) string { return c.Username }, a.usernameTaken),
+		uniqueness.Field(uniqueness.Names{Field: "username", Scope: "account.username"}, func(c *renameAccount) string { return c.Username }, a.usernameTaken),
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "account.email"}, func(c *renameAccount) string { return c.Email }, a.emailTaken, norm),
 	}
 }
 
@@ -364,7 +364,7 @@ func TestTwoFieldsOverlappingStorm(t *testing.T) {
 		}
 	}
 	require.Positive(t, ok)
-	require.Equal(t, ok, len(accounts.byEmail))
+	require.Len(t, accounts.byEmail, ok)
 	require.Zero(t, duplicates.Load(), "the unique index must never fire")
 	requireNothingHeld(t, store)
 }
@@ -377,7 +377,7 @@ func TestScopeIsSharedAcrossCommandTypes(t *testing.T) {
 	type changeStaffEmail struct{ StaffID, Email string }
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
 		emailRule(table),
-		uniqueness.Field("email", "staff.email", func(c *changeStaffEmail) string { return c.Email },
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c *changeStaffEmail) string { return c.Email },
 			table.taken, uniqueness.Normalize(uniqueness.NormalizeEmail)),
 	}})
 	h := &staffHandler{table: table}
@@ -464,6 +464,37 @@ func TestLostClaimCancelsTheHandler(t *testing.T) {
 	requireNothingHeld(t, store)
 }
 
+// The loss is seen where the store ends the lock, not an interval later:
+// the memory store's Reset returns only once the handler's context is
+// cancelled.
+func TestLostClaimCancelsTheHandlerBeforeResetReturns(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t)
+	table := newMemTable()
+	g := newGate()
+	ctxs := make(chan context.Context, 1)
+	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})
+	b := startBus(t, mw, handler(func(ctx context.Context, c *commands.CreateStaff) (string, error) {
+		ctxs <- ctx
+		close(g.started)
+		<-g.open // not ctx: the test reads ctx itself
+		return "", context.Cause(ctx)
+	}))
+
+	r := dispatchAsync(b, &commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org", Name: "Ann"})
+	requireClosed(t, g.started, "the handler's start")
+	hctx := <-ctxs
+	require.NoError(t, hctx.Err(), "the handler's context before the loss")
+	require.NoError(t, store.Reset(context.Background()))
+	require.ErrorIs(t, hctx.Err(), context.Canceled, "the handler's context is cancelled when Reset returns")
+	require.ErrorIs(t, context.Cause(hctx), uniqueness.ErrClaimLost)
+	close(g.open)
+	got := receive(t, r)
+	require.Error(t, got.err)
+	require.Contains(t, got.err.Error(), "claim lost", "the handler's error crosses the bus as text")
+	requireNothingHeld(t, store)
+}
+
 // releaseFailsLocker is a Locker whose locks fail to release with err,
 // after releasing in the store under it.
 type releaseFailsLocker struct {
@@ -512,7 +543,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 	// run runs a CreateStaff for ann@x.org whose claims are taken on
 	// locker, with h as the handler, and returns the command's error, what
 	// OnReleaseError was told and what was logged.
-	run := func(t *testing.T, locker lockstore.Locker, h middleware.HandlerFunc) (error, []releaseReport, []map[string]any) {
+	run := func(t *testing.T, locker lockstore.Locker, h middleware.HandlerFunc) ([]releaseReport, []map[string]any, error) {
 		t.Helper()
 		logs := &logBuffer{}
 		var reports []releaseReport
@@ -529,7 +560,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 		p := middleware.NewPipeline(ctx, &commands.CreateStaff{StaffID: "s-1", Email: "Ann@x.org", Name: "Ann"})
 		p.CommandUUID = "cmd-1"
 		_, err = r.Run(ctx, p, h)
-		return err, reports, logs.records(t)
+		return reports, logs.records(t), err
 	}
 
 	t.Run("lost", func(t *testing.T) {
@@ -538,7 +569,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 		store, err := lockstore.NewMemory(lockstore.MemoryConfig{TTL: time.Minute, Clock: clock})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		err, reports, recs := run(t, store, func(context.Context, *middleware.Pipeline) (any, error) {
+		reports, recs, err := run(t, store, func(context.Context, *middleware.Pipeline) (any, error) {
 			clock.Advance(time.Minute) // the claim's lease runs out while the handler runs
 			return "s-1", nil
 		})
@@ -560,7 +591,7 @@ func TestReleaseErrorIsLoggedAndReported(t *testing.T) {
 		t.Parallel()
 		store := newMemory(t)
 		unconfirmed := errors.New("unlock went unanswered")
-		err, reports, recs := run(t, releaseFailsLocker{Locker: store, err: unconfirmed},
+		reports, recs, err := run(t, releaseFailsLocker{Locker: store, err: unconfirmed},
 			func(context.Context, *middleware.Pipeline) (any, error) { return "s-1", nil })
 		require.NoError(t, err)
 		require.Len(t, reports, 1)
@@ -653,37 +684,37 @@ func TestConfigValidate(t *testing.T) {
 		want []string
 	}{
 		{"valid", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{good}}, nil},
-		{"everything wrong", uniqueness.Config{ClaimTimeout: -time.Second, LostCheckInterval: -1},
-			[]string{"Locker is nil", "ClaimTimeout is negative", "LostCheckInterval is negative", "Rules is empty"}},
+		{"everything wrong", uniqueness.Config{ClaimTimeout: -time.Second},
+			[]string{"Locker is nil", "ClaimTimeout is negative", "Rules is empty"}},
 		{"zero rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{{}}}, []string{"Rules[0] is a zero Rule"}},
 		{"duplicate field", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{good, good}},
 			[]string{`Rules[1]: a second rule for field "email"`}},
 		{"bad rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field[*commands.CreateStaff]("", "", nil, nil, uniqueness.Normalize(nil),
+			uniqueness.Field[*commands.CreateStaff](uniqueness.Names{Field: "", Scope: ""}, nil, nil, uniqueness.Normalize(nil),
 				uniqueness.AlreadyDone(func(context.Context, *commands.GuessWord, string) (bool, error) { return false, nil })),
 		}}, []string{"empty field name", "not a valid lock namespace", "nil value function", "nil lookup",
 			"empty option", "AlreadyDone is for *commands.GuessWord"}},
 		{"nil AlreadyDone", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.AlreadyDone[*commands.CreateStaff](nil)),
 		}}, []string{"nil AlreadyDone function"}},
 		{"value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken),
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c commands.CreateStaff) string { return c.Email }, table.taken),
 		}}, nil},
 		{"WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack(func(c *commands.CreateStaff, v string) { c.Email = v })),
 		}}, nil},
 		{"WriteBack of another type", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack(func(*commands.GuessWord, string) {})),
 		}}, []string{"WriteBack is for *commands.GuessWord, not *commands.CreateStaff"}},
 		{"WriteBack on a value-type rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c commands.CreateStaff) string { return c.Email }, table.taken,
 				uniqueness.WriteBack(func(commands.CreateStaff, string) {})),
 		}}, []string{"WriteBack needs a pointer command type (*commands.CreateStaff)"}},
 		{"nil WriteBack", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field("email", "staff.email", getEmail, table.taken,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack[*commands.CreateStaff](nil)),
 		}}, []string{"nil WriteBack function"}},
 	}

@@ -148,7 +148,7 @@ func (e *pgEvents) rule(store *claimpg.Store, maxLag time.Duration) uniqueness.R
 	if store != nil {
 		opts = append(opts, uniqueness.Reserve(store, maxLag))
 	}
-	return uniqueness.Field("email", "staff.email",
+	return uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c *commands.CreateStaff) string { return c.Email }, e.taken, opts...)
 }
 

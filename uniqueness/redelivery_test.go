@@ -115,7 +115,7 @@ func TestSweepKeepsAReservationRestartedSinceItsList(t *testing.T) {
 	b2 := startBus(t, mw2, handler(eventHandler(table)))
 	// node 1: the sweeper, whose lookup lets the redelivery run in the window.
 	var fired atomic.Bool
-	hooked := uniqueness.Field("email", "staff.email",
+	hooked := uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c *commands.CreateStaff) string { return c.Email },
 		func(ctx context.Context, email string) (bool, error) {
 			shown, err := table.taken(ctx, email)

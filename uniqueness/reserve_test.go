@@ -86,7 +86,7 @@ func eventRule(table *eventTable, store claimstore.Reservations, maxLag time.Dur
 	if store != nil {
 		opts = append(opts, uniqueness.Reserve(store, maxLag))
 	}
-	return uniqueness.Field("email", "staff.email",
+	return uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c *commands.CreateStaff) string { return c.Email }, table.taken, opts...)
 }
 
@@ -411,7 +411,7 @@ func TestReserveValidate(t *testing.T) {
 	store := claimstore.NewMemory(claimstore.MemoryConfig{})
 	other := claimstore.NewMemory(claimstore.MemoryConfig{})
 	change := func(opts ...uniqueness.Option) uniqueness.Rule {
-		return uniqueness.Field("email", "staff.email",
+		return uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 			func(c *changeStaffEmail) string { return c.Email }, table.taken, opts...)
 	}
 	locks := newMemory(t)

@@ -84,19 +84,31 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 	return o
 }
 
-// Field returns the rule that field of commands of type C is unique within
-// scope:
+// Names names a rule: the field, as rejections name it, and the scope its
+// values are unique in. They are fields of a struct, not two adjacent
+// arguments, so that they cannot be swapped without it showing:
 //
-//	uniqueness.Field("email", "staff.email",
+//	uniqueness.Names{Field: "email", Scope: "staff.email"}
+type Names struct {
+	// Field names the field in rejections: use its name on the wire, such
+	// as "email". The value is never put in a rejection. Required.
+	Field string
+	// Scope is the lock namespace of the values: rules naming the same
+	// scope, for one command type or several (CreateStaff and
+	// ChangeStaffEmail), compete for the same values. Required: a valid
+	// lockstore.Key namespace.
+	Scope string
+}
+
+// Field returns the rule that a field of commands of type C, named by
+// names, is unique within names.Scope:
+//
+//	uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 //		func(c *commands.CreateStaff) string { return c.Email },
 //		staffEmailTaken, uniqueness.Normalize(uniqueness.NormalizeEmail))
 //
-// field names the field in rejections (use its name on the wire, such as
-// "email"); the value is never put in a rejection. scope is the lock
-// namespace: rules naming the same scope, for one command type or several
-// (CreateStaff and ChangeStaffEmail), compete for the same values. value
-// reads the field; taken is the lookup, given the normalised value. An
-// empty value (after normalising) claims nothing: reject it with
+// value reads the field; taken is the lookup, given the normalised value.
+// An empty value (after normalising) claims nothing: reject it with
 // validation.
 //
 // C is matched against the commands as the pipeline carries them, which
@@ -111,7 +123,8 @@ func AlreadyDone[C any](f DoneFunc[C]) Option {
 // them has is an error matching middleware.ErrUnhandledCommandType.
 //
 // Mistakes in the arguments are reported by Config.Validate.
-func Field[C any](field, scope string, value func(C) string, taken LookupFunc, opts ...Option) Rule {
+func Field[C any](names Names, value func(C) string, taken LookupFunc, opts ...Option) Rule {
+	field, scope := names.Field, names.Scope
 	r := Rule{cmdType: reflect.TypeFor[C](), field: field, scope: scope, taken: taken}
 	var errs []error
 	if field == "" {

@@ -20,7 +20,7 @@ func TestValueTypeRuleMatchesPointerCommands(t *testing.T) {
 	t.Parallel()
 	table := newMemTable()
 	h := &staffHandler{table: table}
-	rule := uniqueness.Field("email", "staff.email",
+	rule := uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c commands.CreateStaff) string { return c.Email },
 		table.taken, uniqueness.Normalize(uniqueness.NormalizeEmail))
 	mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{rule}})
@@ -41,7 +41,7 @@ func TestValueTypeRuleMatchesValuesAndSkipsNil(t *testing.T) {
 	t.Parallel()
 	store := newMemory(t)
 	table := newMemTable()
-	rule := uniqueness.Field("email", "staff.email",
+	rule := uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c commands.CreateStaff) string { return c.Email }, table.taken)
 	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
 	ctx := context.Background()
@@ -65,7 +65,7 @@ func TestWriteBackGivesTheHandlerTheClaimedValue(t *testing.T) {
 	t.Parallel()
 	table := newMemTable()
 	var writes atomic.Int64
-	rule := uniqueness.Field("email", "staff.email",
+	rule := uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c *commands.CreateStaff) string { return c.Email },
 		table.taken,
 		uniqueness.Normalize(uniqueness.NormalizeEmail),
@@ -102,9 +102,9 @@ func TestBusStartRefusesARuleWithoutAHandler(t *testing.T) {
 		rule uniqueness.Rule
 		want string
 	}{
-		{"pointer rule", uniqueness.Field("email", "staff.email",
+		{"pointer rule", uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 			func(c *commands.CreateStaff) string { return c.Email }, newMemTable().taken), "*commands.CreateStaff"},
-		{"value rule", uniqueness.Field("email", "staff.email",
+		{"value rule", uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 			func(c commands.CreateStaff) string { return c.Email }, newMemTable().taken), "commands.CreateStaff"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,8 +137,8 @@ func TestRouterMiddlewareRefusesARuleWithoutARegisteredType(t *testing.T) {
 	t.Parallel()
 	table := newMemTable()
 	mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{
-		uniqueness.Field("email", "staff.email", func(c commands.CreateStaff) string { return c.Email }, table.taken),
-		uniqueness.Field("email", "staff.email", func(c *renameStaff) string { return c.Email }, table.taken),
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c commands.CreateStaff) string { return c.Email }, table.taken),
+		uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c *renameStaff) string { return c.Email }, table.taken),
 	}})
 	runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{mw}})
 	require.NoError(t, err)

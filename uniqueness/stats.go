@@ -29,7 +29,7 @@ func (c *Claimer) Stats() Stats {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		for _, ks := range sh.keys {
+		for ks := range sh.keys.All {
 			st.Waiting += int64(ks.waiting)
 			if ks.holder != nil {
 				st.Held++

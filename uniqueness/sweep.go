@@ -127,7 +127,7 @@ func (m *Middleware) sweepOne(ctx context.Context, r *Rule, rv claimstore.Reserv
 				slog.String("key", rv.Key.String()), slog.Any("error", err))
 		}
 		res.Kept++
-		return nil //nolint:nilerr // a value claimed now is its claimant's to settle
+		return nil // a value claimed now is its claimant's to settle
 	}
 	// The age listed may be stale (a redelivery of the owner restarted it
 	// since): under the claim, the store decides again, by its clock, with

@@ -17,7 +17,7 @@ type WriteBackFunc[C any] func(cmd C, value string)
 // the command before the handler runs, so that the handler stores exactly
 // what was claimed and looked up:
 //
-//	uniqueness.Field("email", "staff.email",
+//	uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 //		func(c *commands.CreateStaff) string { return c.Email },
 //		staffEmailTaken,
 //		uniqueness.Normalize(uniqueness.NormalizeEmail),

@@ -64,7 +64,7 @@ func Example_integrationTest() {
 		b := bustest.NewBus(t, bustest.Options{
 			Middleware: func(s bustest.Stores) ([]middleware.Middleware, error) {
 				unique, err := uniqueness.New(uniqueness.Config{Locker: s.Locks, Rules: []uniqueness.Rule{
-					uniqueness.Field("email", "staff.email", func(c *commands.CreateStaff) string { return c.Email },
+					uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c *commands.CreateStaff) string { return c.Email },
 						func(_ context.Context, email string) (bool, error) { _, ok := staff[email]; return ok, nil },
 						uniqueness.Reserve(s.Claims, time.Minute)),
 				}})

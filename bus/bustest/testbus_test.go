@@ -26,7 +26,7 @@ func staffBus(t testing.TB, created *atomic.Int32) *bustest.TestBus {
 	return bustest.NewBus(t, bustest.Options{
 		Middleware: func(s bustest.Stores) ([]middleware.Middleware, error) {
 			unique, err := uniqueness.New(uniqueness.Config{Locker: s.Locks, Rules: []uniqueness.Rule{
-				uniqueness.Field("email", "staff.email", func(c *commands.CreateStaff) string { return c.Email },
+				uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, func(c *commands.CreateStaff) string { return c.Email },
 					func(context.Context, string) (bool, error) { return false, nil },
 					uniqueness.Reserve(s.Claims, time.Hour)),
 			}})

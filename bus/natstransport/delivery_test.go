@@ -183,7 +183,7 @@ func TestDuplicateStormAcrossTwoNodes(t *testing.T) {
 	mws := func() []middleware.Middleware {
 		unique, err := uniqueness.New(uniqueness.Config{
 			Locker: store,
-			Rules: []uniqueness.Rule{uniqueness.Field("email", "staff.email",
+			Rules: []uniqueness.Rule{uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 				func(c *commands.CreateStaff) string { return c.Email }, taken,
 				uniqueness.Normalize(uniqueness.NormalizeEmail))},
 		})

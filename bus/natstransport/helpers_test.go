@@ -85,17 +85,6 @@ func (in *inspector) stored(tr *natstransport.Transport, topic string) int {
 	return int(info.State.Subjects[subject])
 }
 
-// consumerExists reports whether topic has a consumer.
-func (in *inspector) consumerExists(tr *natstransport.Transport, topic string) bool {
-	in.t.Helper()
-	_, err := in.js.ConsumerInfo(tr.Stream(), tr.ConsumerName(topic))
-	if err == nil {
-		return true
-	}
-	require.ErrorIs(in.t, err, nats.ErrConsumerNotFound)
-	return false
-}
-
 // eventually polls cond until it holds or a deadline passes.
 func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Helper()

@@ -45,7 +45,7 @@ func unavailable(ctx context.Context, err error) error {
 // error also matches bus.ErrOutcomeUnknown.
 func insertUnavailable(ctx context.Context, err error) error {
 	uerr := unavailable(ctx, err)
-	if uerr == err || pgconn.SafeToRetry(err) {
+	if uerr == err || pgconn.SafeToRetry(err) { //nolint:errorlint // identity, not matching: did unavailable return err itself?
 		return uerr
 	}
 	return fmt.Errorf("%w: %w", bus.ErrOutcomeUnknown, uerr)

@@ -89,30 +89,54 @@ func send(t *testing.T, method, target, body string) response {
 // sendWith is send with the request's headers set to header.
 func sendWith(t *testing.T, method, target, body string, header http.Header) response {
 	t.Helper()
+	out, err := exchange(method, target, body, header)
+	require.NoError(t, err)
+	checkResponse(t, method, target, out)
+	return out
+}
+
+// exchange sends one request and reads its answer, asserting nothing, so
+// that a goroutine other than the test's can call it; the test's goroutine
+// then checks the error and calls checkResponse.
+func exchange(method, target, body string, header http.Header) (response, error) {
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, target, r)
-	require.NoError(t, err)
+	if err != nil {
+		return response{}, err
+	}
 	for k, v := range header {
 		req.Header[k] = v
 	}
 	resp, err := noRedirects.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return response{}, err
+	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	if err != nil {
+		return response{}, err
+	}
 	out := response{status: resp.StatusCode, header: resp.Header, raw: raw}
-	require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "%s %s: %d %q", method, target, resp.StatusCode, raw)
 	if method != http.MethodHead {
-		require.True(t, json.Valid(raw), "%s %s: not JSON: %q", method, target, raw)
 		_ = json.Unmarshal(raw, &out.body)
 	}
-	if resp.StatusCode >= 400 {
-		requireNoInternals(t, raw, method+" "+target)
+	return out, nil
+}
+
+// checkResponse asserts what every answer of the API is: JSON, and free of
+// internals when it is an error.
+func checkResponse(t *testing.T, method, target string, out response) {
+	t.Helper()
+	require.Equal(t, "application/json", out.header.Get("Content-Type"), "%s %s: %d %q", method, target, out.status, out.raw)
+	if method != http.MethodHead {
+		require.True(t, json.Valid(out.raw), "%s %s: not JSON: %q", method, target, out.raw)
 	}
-	return out
+	if out.status >= 400 {
+		requireNoInternals(t, out.raw, method+" "+target)
+	}
 }
 
 // goName matches a qualified Go name, such as commands.CreateStaff or

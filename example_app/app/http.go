@@ -227,7 +227,7 @@ func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.R
 		// The node that hit the outage logs it: a rejection that came
 		// back over the bus as data (a bare *Rejection) was logged where
 		// it happened, with its cause.
-		if _, bare := err.(*middleware.Rejection); !bare {
+		if _, bare := err.(*middleware.Rejection); !bare { //nolint:errorlint // the value itself: a bare *Rejection came over the bus, logged where it happened
 			n.log.WarnContext(ctx, "request failed: unavailable", "method", r.Method, "path", r.URL.Path, "error", err)
 		}
 		w.Header().Set("Retry-After", "1")

@@ -35,15 +35,19 @@ func countSignUps(cfg app.Config, runs *atomic.Int64) app.Config {
 func repeatAtOnce(t *testing.T, urls []string, n int, key, body string) response {
 	t.Helper()
 	answers := make([]response, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i] = postStaff(t, urls[i%len(urls)], key, body)
+			answers[i], errs[i] = postStaffAsync(urls[i%len(urls)], key, body)
 		}()
 	}
 	wg.Wait()
+	for i := range n {
+		checkStaff(t, urls[i%len(urls)], answers[i], errs[i])
+	}
 	for _, a := range answers[1:] {
 		require.Equal(t, answers[0].status, a.status, "%s / %s", answers[0].raw, a.raw)
 		require.Equal(t, string(answers[0].raw), string(a.raw))

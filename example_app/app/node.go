@@ -261,7 +261,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Locker:       n.backend.Locker(),
 		ClaimTimeout: cfg.claimTimeout(),
 		Rules: []uniqueness.Rule{
-			uniqueness.Field("email", NamespaceStaffEmail,
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail},
 				func(c *commands.CreateStaff) string { return c.Email },
 				n.staffEmailTaken, opts...),
 		},
@@ -298,7 +298,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	bcfg.Middleware = append(first, []middleware.Middleware{
+	bcfg.Middleware = append(first, []middleware.Middleware{ //nolint:gocritic // appendAssign: first is this chain's fresh head, never used again
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
 		middleware.Hooks{OnAfterFailure: n.logUnavailable},
 		middleware.Validate(),

@@ -44,11 +44,29 @@ func randomCase(s string) string {
 // Idempotency-Key header.
 func postStaff(t *testing.T, url, key, body string) response {
 	t.Helper()
-	var h http.Header
-	if key != "" {
-		h = http.Header{app.IdempotencyKeyHeader: {key}}
+	return sendWith(t, http.MethodPost, url+"/staff", body, staffHeader(key))
+}
+
+// postStaffAsync is postStaff for a goroutine other than the test's: it
+// asserts nothing, and the test checks its error and calls checkStaff.
+func postStaffAsync(url, key, body string) (response, error) {
+	return exchange(http.MethodPost, url+"/staff", body, staffHeader(key))
+}
+
+// checkStaff is the check postStaff makes, for an answer of postStaffAsync.
+func checkStaff(t *testing.T, url string, r response, err error) {
+	t.Helper()
+	require.NoError(t, err)
+	checkResponse(t, http.MethodPost, url+"/staff", r)
+}
+
+// staffHeader is the headers of a sign-up with Idempotency-Key key (none
+// when key is empty).
+func staffHeader(key string) http.Header {
+	if key == "" {
+		return nil
 	}
-	return sendWith(t, http.MethodPost, url+"/staff", body, h)
+	return http.Header{app.IdempotencyKeyHeader: {key}}
 }
 
 // signUpStorm sends copies sign-ups of each of emails addresses at once, in
@@ -56,8 +74,12 @@ func postStaff(t *testing.T, url, key, body string) response {
 // the statuses counted.
 func signUpStorm(t *testing.T, urls []string, emails, copies int) map[int]int {
 	t.Helper()
-	var mu sync.Mutex
-	statuses := map[int]int{}
+	type answer struct {
+		url string
+		r   response
+		err error
+	}
+	answers := make([]answer, emails*copies)
 	var wg sync.WaitGroup
 	for e := range emails {
 		for c := range copies {
@@ -65,14 +87,18 @@ func signUpStorm(t *testing.T, urls []string, emails, copies int) map[int]int {
 			go func() {
 				defer wg.Done()
 				body := fmt.Sprintf(`{"staff_id":"s-%d-%d","email":%q,"name":"Person %d"}`, e, c, randomCase(fmt.Sprintf("person%d@example.org", e)), e)
-				r := postStaff(t, urls[(e+c)%len(urls)], "", body)
-				mu.Lock()
-				defer mu.Unlock()
-				statuses[r.status]++
+				a := &answers[e*copies+c]
+				a.url = urls[(e+c)%len(urls)]
+				a.r, a.err = postStaffAsync(a.url, "", body)
 			}()
 		}
 	}
 	wg.Wait()
+	statuses := map[int]int{}
+	for _, a := range answers {
+		checkStaff(t, a.url, a.r, a.err)
+		statuses[a.r.status]++
+	}
 	return statuses
 }
 

@@ -60,7 +60,7 @@ func run(ctx context.Context) error {
 	// 1. The pipeline: validation, then a claim on CreateStaff's email.
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker: locks,
-		Rules: []uniqueness.Rule{uniqueness.Field("email", "staff.email",
+		Rules: []uniqueness.Rule{uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 			func(c *commands.CreateStaff) string { return c.Email },
 			db.taken, uniqueness.Normalize(uniqueness.NormalizeEmail))},
 	})

@@ -44,7 +44,7 @@ func (c ClusterConfig) Validate() error {
 	for _, name := range slices.Sorted(maps.Keys(c.Settings)) {
 		switch {
 		case !validSettingName(name):
-			errs = append(errs, fmt.Errorf("pgtest: setting name %q: want a letter or _, then letters, digits, _ or .", name))
+			errs = append(errs, fmt.Errorf("pgtest: setting name %q: want a letter or _, then letters, digits, _ or dots", name))
 		case slices.Contains(ownSettings, strings.ToLower(name)):
 			errs = append(errs, fmt.Errorf("pgtest: setting %s is pgtest's own", name))
 		}
@@ -60,7 +60,7 @@ func (c ClusterConfig) Validate() error {
 func validSettingName(name string) bool {
 	for i, r := range name {
 		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_'
-		if !letter && (i == 0 || !(r >= '0' && r <= '9' || r == '.')) {
+		if !letter && (i == 0 || (r < '0' || r > '9') && r != '.') {
 			return false
 		}
 	}

@@ -267,6 +267,6 @@ func waitPgxCleanup() {
 		if !bytes.Contains(buf[:n], []byte(pgxCleanup)) {
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // TestMain has no *testing.T to poll with, and goroutine stacks send no signal
 	}
 }

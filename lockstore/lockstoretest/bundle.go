@@ -130,7 +130,7 @@ func (b *bundle) waitQueued(key lockstore.Key, n int) {
 		b.t.Fatalf("lockstoretest: %T does not implement lockstoretest.WaitCounter (Waiting(lockstore.Key) int): "+
 			"the suite needs it to queue waiters in a known order without sleeping", b.store)
 	}
-	waitUntil(b.t, fmt.Sprintf("%d waiter(s) queued on %s", n, key), func() bool { return wc.Waiting(key) == n })
+	require.Eventually(b.t, func() bool { return wc.Waiting(key) == n }, Timeout, time.Millisecond, "%d waiter(s) queued on %s", n, key)
 }
 
 // lockNow takes a free key with TryLock.
@@ -164,18 +164,6 @@ func (b *bundle) holder(key lockstore.Key) (lockstore.Holder, bool) {
 	hs, err := b.store.Held(b.ctx)
 	require.NoError(b.t, err)
 	return findHolder(hs, key)
-}
-
-// waitUntil polls cond until it holds, failing the test after Timeout.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", Timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // requireClosed waits for ch to be closed, failing the test after Timeout.

@@ -47,6 +47,7 @@ func RunLeases(t *testing.T, newStore NewLeaseStoreFunc) {
 		{"RefreshExtendsLease", testRefreshExtendsLease},
 		{"ReleaseCancelsLease", testReleaseCancelsLease},
 		{"RefreshEndedLock", testRefreshEndedLock},
+		{"AfterLostOnExpiry", testAfterLostOnExpiry},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

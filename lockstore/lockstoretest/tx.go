@@ -319,12 +319,12 @@ func testTxNestedTokens[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 		t1 := b.token(ctx)
 		var t2 int64
 		require.NoError(b.t, b.l.Serialize(ctx, k1, func(ctx context.Context, tx Tx) error {
-			require.True(b.t, any(tx) == any(outer), "a nested call runs on the outer transaction")
+			require.True(b.t, any(tx) == any(outer), "a nested call runs on the outer transaction") //nolint:testifylint // identity: require.Equal would take a deeply equal other transaction
 			require.Equal(b.t, t1, b.token(ctx), "the same key reuses its token")
 			return nil
 		}))
 		require.NoError(b.t, b.l.Serialize(ctx, k2, func(ctx context.Context, tx Tx) error {
-			require.True(b.t, any(tx) == any(outer), "a nested call runs on the outer transaction")
+			require.True(b.t, any(tx) == any(outer), "a nested call runs on the outer transaction") //nolint:testifylint // identity: require.Equal would take a deeply equal other transaction
 			t2 = b.token(ctx)
 			require.Greater(b.t, t2, t1, "another key gets a new, greater token")
 			// Deeper, the outer key is still the transaction's.
@@ -455,7 +455,7 @@ func testTxWithTx[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 		require.NotNil(b.t, effects)
 		var ran atomic.Int32
 		require.NoError(b.t, b.l.Serialize(tctx, b.key(), func(ctx context.Context, got Tx) error {
-			require.True(b.t, any(got) == any(tx), "Serialize runs in the attached transaction")
+			require.True(b.t, any(got) == any(tx), "Serialize runs in the attached transaction") //nolint:testifylint // identity: require.Equal would take a deeply equal other transaction
 			b.token(ctx)
 			lockstore.AfterCommit(ctx, func() { ran.Add(1) })
 			b.write(ctx, got, row)

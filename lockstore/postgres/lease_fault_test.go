@@ -301,7 +301,7 @@ func (f *stormFixture) run(t *testing.T, before, during, after time.Duration, in
 	stop := make(chan struct{})
 	done := make(chan *stormRecord)
 	go func() { done <- storm(t, f.stores, f.resource, stop) }()
-	time.Sleep(before) // the storm runs unharmed for a while
+	time.Sleep(before) //nolint:forbidigo // the storm runs unharmed for a while: the sleep is the condition
 	before0 := connPIDs(f.stores[0])
 	// back waits, from the end of the fault, until node 0's lock
 	// connections are all new ones.
@@ -325,14 +325,14 @@ func (f *stormFixture) run(t *testing.T, before, during, after time.Duration, in
 	if heal == nil {
 		recovery = back(time.Now())
 	}
-	time.Sleep(during) // the fault lasts this long
+	time.Sleep(during) //nolint:forbidigo // the fault lasts this long: the sleep is the condition
 	if heal != nil {
 		heal()
 		recovery = back(time.Now())
 	}
 	var r stormResult
 	r.recovery = <-recovery
-	time.Sleep(after)
+	time.Sleep(after) //nolint:forbidigo // the storm runs on after recovery: the sleep is the condition
 	close(stop)
 	rec := <-done
 	r.window, r.refused = checkStorm(testCtx(t), t, rec, f.resource, f.stores[0].cfg.LeaseBound)
@@ -414,7 +414,7 @@ func TestKeysFreeAfterBlackHoleHeals(t *testing.T) {
 	_, err := b.TryLock(ctx, locks[0].Key())
 	require.ErrorIs(t, err, lockstore.ErrLocked)
 
-	time.Sleep(time.Until(start.Add(3 * time.Second))) // a 3s black hole
+	time.Sleep(time.Until(start.Add(3 * time.Second))) //nolint:forbidigo // a 3s black hole: the sleep is the condition
 	p.Heal()
 	healed := time.Now()
 	for _, l := range locks {

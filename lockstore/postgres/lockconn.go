@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -648,10 +649,14 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	if !closing {
 		c.s.stats.lost.Add(int64(len(held)))
 	}
+	fire := make([]afterlost.Chain, 0, len(held))
 	for _, l := range held {
-		l.end(lostErr)
+		fire = append(fire, l.end(lostErr))
 	}
 	c.mu.Unlock()
+	for _, f := range fire {
+		f.Fire()
+	}
 	for range held {
 		c.unload()
 	}

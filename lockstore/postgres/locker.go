@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -34,9 +36,17 @@ type pgLock struct {
 	// lostErr says why the lock was lost; it is set before state becomes
 	// lockLost.
 	lostErr error
+	// afterMu guards after, the AfterLost registrations while the lock is
+	// not lost.
+	afterMu sync.Mutex
+	after   afterlost.List
 }
 
-var _ lockstore.Lock = (*pgLock)(nil)
+var (
+	_ lockstore.Lock         = (*pgLock)(nil)
+	_ lockstore.LostNotifier = (*pgLock)(nil)
+	_ afterlost.Watcher      = (*pgLock)(nil)
+)
 
 // Key is the key this lock holds.
 func (l *pgLock) Key() lockstore.Key { return l.key }
@@ -55,6 +65,28 @@ func (l *pgLock) AcquiredAt() time.Time { return l.at }
 // store then closes the connection, so the server frees the lock), or the
 // store closed.
 func (l *pgLock) Lost() <-chan struct{} { return l.lost }
+
+// AfterLost arranges for f to be called when the lock is lost (see
+// lockstore.AfterLost): in the goroutine of the lock connection that ended
+// it, once the connection's mutex is released, or in Close.
+func (l *pgLock) AfterLost(f func()) (stop func() bool) {
+	n := &afterlost.Node{}
+	afterlost.Watch(l, n, afterlost.Func(f))
+	return n.Stop
+}
+
+// WatchLost registers n to be fired when the lock is lost.
+func (l *pgLock) WatchLost(n *afterlost.Node) {
+	l.afterMu.Lock()
+	state := l.state.Load()
+	if state == lockHeld || state == lockReleasing {
+		l.after.Push(n)
+	}
+	l.afterMu.Unlock()
+	if state == lockLost {
+		n.FireLater()
+	}
+}
 
 // Release runs pg_advisory_unlock on the lock connection and waits for the
 // server's answer, whatever ctx says: the unlock runs under the store's
@@ -93,8 +125,9 @@ func (l *pgLock) Release(context.Context) error {
 
 // end ends a lock whose connection has closed (the server freed it with the
 // session): a held lock is lost, with cause, one being released is
-// released. The turn passes on. The connection's mutex is held.
-func (l *pgLock) end(cause error) {
+// released. The turn passes on. It returns the AfterLost registrations to
+// fire once the connection's mutex, which is held, is released.
+func (l *pgLock) end(cause error) afterlost.Chain {
 	l.lostErr = cause
 	lost := l.state.CompareAndSwap(lockHeld, lockLost)
 	if !lost {
@@ -106,6 +139,13 @@ func (l *pgLock) end(cause error) {
 	if lost {
 		close(l.lost)
 	}
+	l.afterMu.Lock()
+	after := l.after.Take()
+	l.afterMu.Unlock()
+	if !lost {
+		return afterlost.Chain{}
+	}
+	return after
 }
 
 // connFor is the lock connection a new grant of id goes to: one of the

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -40,7 +39,7 @@ func TestNewRefusesTransactionPooling(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrNoSession, "LockConns %d", conns)
 		require.ErrorContains(t, err, "Config.LockConnString", "LockConns %d", conns)
-		require.False(t, errors.Is(err, lockstore.ErrUnavailable), "a pooler is not an outage: %v", err)
+		require.NotErrorIs(t, err, lockstore.ErrUnavailable, "a pooler is not an outage: %v", err)
 	}
 }
 

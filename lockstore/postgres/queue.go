@@ -2,9 +2,8 @@ package postgres
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 
+	"github.com/claimbus/claimbus/internal/keyqueue"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -20,129 +19,39 @@ const queueShards = 64
 //
 // The turn is held from the moment a claimant is let in until its lock ends
 // (released, lost) or its attempt fails; whoever ends it calls pass, exactly
-// once, which hands the turn straight to the first waiter.
+// once, which hands the turn straight to the first waiter. A lock id takes
+// memory only while its turn is held (see keyqueue.Queue).
 type turnQueue struct {
-	shards [queueShards]queueShard
-	// waiters counts the claimants waiting in take now.
-	waiters atomic.Int64
-}
-
-type queueShard struct {
-	mu sync.Mutex
-	// m holds a lock id while its turn is taken; the value is nil until a
-	// second claimant queues behind the holder.
-	m map[LockID]*turnWaiters
-}
-
-// turnWaiters are the claimants waiting for one lock id's turn, first come
-// first served.
-type turnWaiters struct {
-	list []chan struct{}
+	q *keyqueue.Queue[LockID]
 }
 
 func newTurnQueue() *turnQueue {
-	q := &turnQueue{}
-	for i := range q.shards {
-		q.shards[i].m = make(map[LockID]*turnWaiters)
-	}
-	return q
-}
-
-func (q *turnQueue) shard(id LockID) *queueShard {
-	return &q.shards[mixLockID(id)%queueShards]
+	return &turnQueue{q: keyqueue.NewQueue(queueShards, mixLockID)}
 }
 
 // tryTake takes id's turn if no one holds it.
-func (q *turnQueue) tryTake(id LockID) bool {
-	sh := q.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if _, busy := sh.m[id]; busy {
-		return false
-	}
-	sh.m[id] = nil
-	return true
-}
+func (q *turnQueue) tryTake(id LockID) bool { return q.q.TryTake(id) }
 
 // take waits for id's turn, first come first served, until ctx ends (ctx's
 // error) or closing is closed (lockstore.ErrClosed). On error the caller
 // does not hold the turn and has left no trace in the queue.
 func (q *turnQueue) take(ctx context.Context, closing <-chan struct{}, id LockID) error {
-	sh := q.shard(id)
-	sh.mu.Lock()
-	w, busy := sh.m[id]
-	if !busy {
-		sh.m[id] = nil
-		sh.mu.Unlock()
-		return nil
-	}
-	if w == nil {
-		w = &turnWaiters{}
-		sh.m[id] = w
-	}
-	ready := make(chan struct{})
-	w.list = append(w.list, ready)
-	sh.mu.Unlock()
-	q.waiters.Add(1)
-	defer q.waiters.Add(-1)
-
-	var err error
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-closing:
-		err = lockstore.ErrClosed
-	}
-	sh.mu.Lock()
-	select {
-	case <-ready:
-		// Handed the turn while giving up: hand it on.
-		sh.mu.Unlock()
-		q.pass(id)
-		return err
-	default:
-	}
-	if w := sh.m[id]; w != nil {
-		for i, c := range w.list {
-			if c == ready {
-				w.list = append(w.list[:i], w.list[i+1:]...)
-				break
-			}
-		}
-	}
-	sh.mu.Unlock()
-	return err
+	return q.q.Take(ctx, closing, lockstore.ErrClosed, id)
 }
 
 // pass ends the current turn of id: the first waiter, if any, takes it.
-func (q *turnQueue) pass(id LockID) {
-	sh := q.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	w := sh.m[id]
-	if w == nil || len(w.list) == 0 {
-		delete(sh.m, id)
-		return
-	}
-	next := w.list[0]
-	w.list[0] = nil
-	w.list = w.list[1:]
-	close(next)
-}
+func (q *turnQueue) pass(id LockID) { q.q.Pass(id) }
 
 // waiting returns how many claimants wait for id's turn (its holder not
 // counted).
-func (q *turnQueue) waiting(id LockID) int {
-	sh := q.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if w := sh.m[id]; w != nil {
-		return len(w.list)
-	}
-	return 0
-}
+func (q *turnQueue) waiting(id LockID) int { return q.q.Waiting(id) }
+
+// queued returns how many claimants hold or wait for id's turn: its
+// waiters, plus one while the turn is held, read at one moment.
+func (q *turnQueue) queued(id LockID) int { return q.q.Queued(id) }
+
+// waiters returns how many claimants wait for a turn now, on every id.
+func (q *turnQueue) waiters() int64 { return q.q.Waiters() }
 
 // mixLockID spreads lock ids evenly (over queue shards and lock
 // connections).

@@ -158,17 +158,7 @@ func serialQueued(s *Store, id LockID) int {
 // queuedWithHolder returns how many claimants hold or wait for id's turn
 // in q: q.waiting(id), plus one while the turn is held.
 func queuedWithHolder(q *turnQueue, id LockID) int {
-	sh := q.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	w, held := sh.m[id]
-	switch {
-	case !held:
-		return 0
-	case w == nil:
-		return 1
-	}
-	return 1 + len(w.list)
+	return q.queued(id)
 }
 
 // requireNoErrors waits for wg, then fails t on any error its goroutines

@@ -27,7 +27,7 @@ type storeStats struct {
 func (s *Store) Stats() lockstore.Stats {
 	return lockstore.Stats{
 		Held:             s.held.Load(),
-		Waiting:          s.queue.waiters.Load(),
+		Waiting:          s.queue.waiters(),
 		RoundTrips:       s.stats.roundTrips.Load(),
 		BatchedRequests:  s.stats.requests.Load(),
 		Reconnects:       s.stats.reconnects.Load(),

@@ -283,28 +283,12 @@ func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(
 	fctx, cancel := context.WithCancelCause(withExclusiveScope(lockstore.ContextWithToken(ctx, token), s, key, token))
 	defer cancel(nil)
 	lostErr := fmt.Errorf("sqlite: Exclusive %q: %w", key, lockstore.ErrLockLost)
-	done := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case <-l.Lost():
-			cancel(lostErr)
-		case <-done:
-		}
-	}()
-	var v T
-	func() {
-		// Deferred, so that a panicking fn stops the watcher too: Release
-		// never closes Lost, and the watcher would wait for ever.
-		defer func() {
-			close(done)
-			<-watched
-		}()
-		v, err = fn(fctx, s.db)
-	}()
-	// Ask the lock, not the watcher: when fn returns just as the lock is
-	// lost, the watcher may have seen done first.
+	stop := lockstore.AfterLost(l, func() { cancel(lostErr) })
+	// Deferred, so that a panicking fn stops the watch too.
+	defer stop()
+	v, err := fn(fctx, s.db)
+	// Ask the lock, not the watch: when fn returns just as the lock is
+	// lost, its context may not be cancelled yet.
 	select {
 	case <-l.Lost():
 		return zero, errors.Join(lostErr, err)

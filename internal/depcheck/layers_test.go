@@ -1,0 +1,260 @@
+package depcheck
+
+import (
+	"fmt"
+	"maps"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// module is the import path every package of ours starts with.
+const module = "github.com/claimbus/claimbus"
+
+// anything marks a row whose package may import every package of the
+// module: the programs and end-to-end tests at the top (DESIGN:
+// "example_app, test → everything").
+const anything = "*"
+
+// leaves are the internal packages that import nothing of the module
+// (their rows say so, and the test checks it): any package may import
+// them, since an import of one can never point up a layer.
+var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/sentinel", "internal/wire"}
+
+// rule is one row of the layering: the packages of the module (paths
+// relative to it) that a package's non-test files may import, and why.
+type rule struct {
+	may []string
+	why string
+}
+
+// layers is DESIGN's "Dependencies flow one way" as a table: every package
+// of the module has a row, and its non-test files import only the packages
+// of the module its row lists, and the leaves. Test files are not held to it: a layer's
+// tests drive it through the layers above it, as its users do (uniqueness
+// through the bus), and no user compiles them. A package without a row
+// fails the test, so a new package is placed deliberately.
+var layers = map[string]rule{
+	// The core, bottom up.
+	"commands":  {why: "DESIGN: commands ← nothing"},
+	"lockstore": {why: "DESIGN: lockstore ← nothing of ours"},
+	"observe":   {why: "the observation hooks every layer reports through; imports nothing of ours so any layer may"},
+	"claimstore": {
+		may: []string{"lockstore", "internal/claimcheck"},
+		why: "durable claims sit beside lockstore, below middleware",
+	},
+	"middleware": {
+		may: []string{"lockstore"},
+		why: "DESIGN: middleware → lockstore; the bus and uniqueness sit above it",
+	},
+	"uniqueness": {
+		may: []string{"middleware", "lockstore", "claimstore", "observe"},
+		why: "DESIGN: uniqueness → middleware, lockstore, and its durable claims (claimstore); never the bus",
+	},
+	"idempotency": {
+		may: []string{"middleware", "lockstore", "claimstore"},
+		why: "a middleware on the claim store, beside uniqueness; never the bus",
+	},
+	"bus": {
+		may: []string{"middleware"},
+		why: "DESIGN: bus → middleware; it knows no store and no built-in middleware",
+	},
+	"telemetry": {
+		may: []string{"lockstore", "middleware", "observe", "uniqueness"},
+		why: "DESIGN: telemetry lives in its own package; the core packages never import it",
+	},
+
+	// Backends: a heavy dependency stays in its own subpackage.
+	"lockstore/postgres": {
+		may: []string{"lockstore", "lockstore/internal/txnest", "observe", "internal/migrate"},
+		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
+	},
+	"lockstore/sqlite": {
+		may: []string{"lockstore", "lockstore/internal/txnest", "internal/migrate"},
+		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
+	},
+	"claimstore/postgres": {
+		may: []string{"claimstore", "lockstore", "internal/claimcheck", "internal/migrate", "internal/pgerr"},
+		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
+	},
+	"claimstore/sqlite": {
+		may: []string{"claimstore", "lockstore", "internal/claimcheck", "internal/migrate"},
+		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
+	},
+	"bus/sqltransport": {
+		may: []string{"bus", "middleware", "internal/pgerr"},
+		why: "a transport of the bus: the bus and its wire format, no store",
+	},
+	"bus/natstransport": {
+		may: []string{"bus", "middleware"},
+		why: "a transport of the bus: the bus and its wire format, no store",
+	},
+
+	// Exported test support: the contract it checks, nothing of a backend.
+	"lockstore/lockstoretest": {
+		may: []string{"lockstore"},
+		why: "the lockstore conformance suite: the contract only, so every backend can run it",
+	},
+	"claimstore/claimstoretest": {
+		may: []string{"claimstore", "lockstore"},
+		why: "the claimstore conformance suite: the contract only, so every backend can run it",
+	},
+	"bus/bustest": {
+		may: []string{"bus", "middleware", "lockstore", "claimstore", "uniqueness"},
+		why: "the transport suite and test support for users: a bus on memory stores, no backend",
+	},
+	"telemetry/telemetrytest": {
+		may: []string{"telemetry"},
+		why: "test support for telemetry users",
+	},
+
+	// Internal leaves (see leaves): nothing of the module.
+	"internal/wire": {
+		why: "the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither",
+	},
+	"internal/keyqueue": {
+		why: "the per-key FIFO queue of lockstore, its backends and uniqueness: standard library only",
+	},
+	"internal/afterlost": {why: "the lost-lock callbacks the stores and middleware share: standard library only"},
+	"internal/sentinel":  {why: "second names of one sentinel error: standard library only"},
+
+	// Other internal packages: shared by the layers above, importing below.
+	"lockstore/internal/txnest": {
+		may: []string{"lockstore"},
+		why: "the transaction nesting both SQL lockstore backends share",
+	},
+	"internal/claimcheck": {
+		may: []string{"lockstore"},
+		why: "checks the claim stores share",
+	},
+	"internal/migrate": {why: "the migrations the SQL backends share"},
+	"internal/migrate/migratetest": {
+		may: []string{"internal/migrate"},
+		why: "test support for internal/migrate",
+	},
+	"internal/pgerr":      {why: "PostgreSQL error predicates the SQL backends share"},
+	"internal/pgtest":     {why: "the throwaway PostgreSQL of the tests"},
+	"internal/natstest":   {why: "the in-process NATS server of the tests"},
+	"internal/faultproxy": {why: "the TCP fault proxy of the tests"},
+	"internal/depcheck":   {why: "this test"},
+
+	// The top: programs and end-to-end tests.
+	"example_app":     {may: []string{anything}, why: "DESIGN: example_app → everything"},
+	"example_app/app": {may: []string{anything}, why: "DESIGN: example_app → everything"},
+	"example_app/internal/storm": {
+		may: []string{"uniqueness"},
+		why: "the example app's load generator: it drives the app over HTTP",
+	},
+	"example_app/internal/storm/stormtest": {
+		may: []string{"uniqueness"},
+		why: "test support for the load generator",
+	},
+	"examples/quickstart": {may: []string{anything}, why: "a program: the README's quick start"},
+	"test":                {may: []string{anything}, why: "DESIGN: test → everything"},
+}
+
+// violations checks graph (package → the packages of the module its
+// non-test files import, all relative to the module) against table, and
+// describes every package without a row and every import its row does not
+// allow.
+func violations(graph map[string][]string, table map[string]rule) []string {
+	var out []string
+	for _, pkg := range slices.Sorted(maps.Keys(graph)) {
+		r, ok := table[pkg]
+		if !ok {
+			out = append(out, fmt.Sprintf("%s has no row in internal/depcheck's layers: add one saying which packages of the module it may import, and why", pkg))
+			continue
+		}
+		if slices.Contains(r.may, anything) {
+			continue
+		}
+		leaf := slices.Contains(leaves, pkg)
+		for _, imp := range graph[pkg] {
+			if !slices.Contains(r.may, imp) && (leaf || !slices.Contains(leaves, imp)) {
+				out = append(out, fmt.Sprintf("%s imports %s, which its row does not allow: it may import %s (%s)", pkg, imp, allowed(r, leaf), r.why))
+			}
+		}
+	}
+	return out
+}
+
+// allowed lists what a row allows, for a message; leaf says whether the
+// row is a leaf's, which may not import the other leaves.
+func allowed(r rule, leaf bool) string {
+	switch {
+	case leaf:
+		return "nothing of the module, as a leaf"
+	case len(r.may) == 0:
+		return "only the internal leaves"
+	}
+	return strings.Join(r.may, ", ") + " and the internal leaves"
+}
+
+// importGraph lists every package of the module with the packages of the
+// module its non-test files import, relative to the module.
+func importGraph(t *testing.T) map[string][]string {
+	t.Helper()
+	// go test puts its own GOROOT/bin first on the test's PATH.
+	gobin, err := exec.LookPath("go")
+	require.NoError(t, err, "go is not on PATH: cannot run go list")
+	out, err := exec.Command(gobin, "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").CombinedOutput()
+	require.NoError(t, err, "go list %s/...:\n%s", module, out)
+	graph := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, ok := relative(fields[0])
+		require.True(t, ok, "go list printed %q, outside the module", fields[0])
+		graph[pkg] = []string{}
+		for _, imp := range fields[1:] {
+			if rel, ok := relative(imp); ok {
+				graph[pkg] = append(graph[pkg], rel)
+			}
+		}
+	}
+	return graph
+}
+
+// relative returns path relative to the module, and whether it is in it.
+func relative(path string) (string, bool) {
+	if rest, ok := strings.CutPrefix(path, module+"/"); ok {
+		return rest, true
+	}
+	return "", false
+}
+
+func TestImportsFollowTheLayers(t *testing.T) {
+	graph := importGraph(t)
+	require.Contains(t, graph, "middleware", "go list printed no import graph")
+	require.Contains(t, graph, "internal/depcheck", "go list printed no import graph")
+	for _, leaf := range leaves {
+		require.Empty(t, layers[leaf].may, "%s is a leaf: its row allows nothing", leaf)
+	}
+	for _, v := range violations(graph, layers) {
+		t.Error(v)
+	}
+}
+
+// The checker itself: a wrong import and a package without a row fail,
+// named with the package, the import and the rule.
+func TestViolationsNameThePackageTheImportAndTheRule(t *testing.T) {
+	graph := map[string][]string{
+		"lockstore":    {},
+		"middleware":   {"lockstore", "bus"},
+		"bus":          {"middleware"},
+		"internal/new": {"lockstore"},
+		"test":         {"bus", "middleware", "internal/new"},
+	}
+	require.Equal(t, []string{
+		"internal/new has no row in internal/depcheck's layers: add one saying which packages of the module it may import, and why",
+		"middleware imports bus, which its row does not allow: it may import lockstore and the internal leaves (DESIGN: middleware → lockstore; the bus and uniqueness sit above it)",
+	}, violations(graph, layers))
+
+	require.Equal(t, []string{
+		"internal/wire imports internal/sentinel, which its row does not allow: it may import nothing of the module, as a leaf (the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither)",
+		"lockstore imports middleware, which its row does not allow: it may import only the internal leaves (DESIGN: lockstore ← nothing of ours)",
+	}, violations(map[string][]string{"lockstore": {"middleware", "internal/afterlost"}, "internal/wire": {"internal/sentinel"}}, layers))
+	require.Empty(t, violations(map[string][]string{"bus": {"middleware", "internal/wire"}, "lockstore": {"internal/afterlost"}}, layers))
+}
