@@ -165,9 +165,17 @@ func (b *txBundle[Tx, Q]) seen(ctx context.Context, tx Tx, name string) bool {
 // token returns the fencing token ctx carries, which must be positive.
 func (b *txBundle[Tx, Q]) token(ctx context.Context) int64 {
 	b.t.Helper()
+	return RequireToken(b.t, ctx)
+}
+
+// RequireToken returns the fencing token ctx carries (lockstore.TokenFrom),
+// failing t when it carries none or one that is not positive: for the fn
+// of a Serialize or Exclusive, whose ctx always carries its lock's token.
+func RequireToken(t testing.TB, ctx context.Context) int64 {
+	t.Helper()
 	tok, ok := lockstore.TokenFrom(ctx)
-	require.True(b.t, ok, "fn's ctx carries no token")
-	require.Positive(b.t, tok, "fn's token")
+	require.True(t, ok, "fn's ctx carries no fencing token")
+	require.Positive(t, tok, "fn's token")
 	return tok
 }
 

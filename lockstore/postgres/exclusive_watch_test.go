@@ -15,6 +15,7 @@ import (
 
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 )
 
 // watchConfig is a short lease bound, so that the loss tests are quick.
@@ -92,7 +93,7 @@ func TestExclusiveLossCancelsWithinLeaseBoundAndTokensFence(t *testing.T) {
 	// The next holder writes with a greater token; the old one, writing
 	// late through its pool, is refused.
 	_, err = Exclusive(ctx, nodeB, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
-		tok := tokenOf(t, ctx)
+		tok := lockstoretest.RequireToken(t, ctx)
 		require.Greater(t, tok, a.token)
 		n, err := fencedWrite(ctx, conn, "b", tok)
 		require.NoError(t, err)

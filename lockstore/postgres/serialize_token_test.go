@@ -9,17 +9,8 @@ import (
 
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 )
-
-// tokenOf returns the fencing token fn's ctx carries, failing t when it
-// carries none.
-func tokenOf(t testing.TB, ctx context.Context) int64 {
-	t.Helper()
-	tok, ok := lockstore.TokenFrom(ctx)
-	require.True(t, ok, "fn's ctx carries no fencing token")
-	require.Positive(t, tok)
-	return tok
-}
 
 // serialEpoch reads the token epoch (see epoch.go) of the default schema.
 func serialEpoch(ctx context.Context, t testing.TB, q interface {
@@ -54,22 +45,22 @@ func TestSerializeTokens(t *testing.T) {
 
 	t.Run("Exclusive draws one; Serialize inside reuses it for its key", func(t *testing.T) {
 		_, err := Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
-			tok := tokenOf(t, ctx)
+			tok := lockstoretest.RequireToken(t, ctx)
 			next(t, tok)
 			_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
-				require.Equal(t, tok, tokenOf(t, ctx))
+				require.Equal(t, tok, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
 			require.NoError(t, err)
 			_, err = Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
-				next(t, tokenOf(t, ctx))
+				next(t, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
 			require.NoError(t, err)
 			_, err = Exclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
-				next(t, tokenOf(t, ctx))
+				next(t, lockstoretest.RequireToken(t, ctx))
 				return Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
-					require.Equal(t, tok, tokenOf(t, ctx), "k1 again under k2: k1's token")
+					require.Equal(t, tok, lockstoretest.RequireToken(t, ctx), "k1 again under k2: k1's token")
 					return 0, nil
 				})
 			})
@@ -98,7 +89,7 @@ func TestSerializeTokens(t *testing.T) {
 	t.Run("Serialize bumps an epoch that is not live", func(t *testing.T) {
 		before := notLive(t)
 		tok, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int64, error) {
-			return tokenOf(t, ctx), nil
+			return lockstoretest.RequireToken(t, ctx), nil
 		})
 		require.NoError(t, err)
 		bumped(t, before, tok)
@@ -107,10 +98,10 @@ func TestSerializeTokens(t *testing.T) {
 	t.Run("nested Serialize bumps an epoch that is not live", func(t *testing.T) {
 		var before int64
 		_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
-			next(t, tokenOf(t, ctx))
+			next(t, lockstoretest.RequireToken(t, ctx))
 			before = notLive(t)
 			return Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
-				bumped(t, before, tokenOf(t, ctx))
+				bumped(t, before, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
 		})
@@ -120,7 +111,7 @@ func TestSerializeTokens(t *testing.T) {
 	t.Run("Exclusive bumps an epoch that is not live", func(t *testing.T) {
 		before := notLive(t)
 		tok, err := Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int64, error) {
-			return tokenOf(t, ctx), nil
+			return lockstoretest.RequireToken(t, ctx), nil
 		})
 		require.NoError(t, err)
 		bumped(t, before, tok)

@@ -8,23 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
-
-// tokenOf returns the fencing token fn's ctx carries, failing t when it
-// carries none.
-func tokenOf(t testing.TB, ctx context.Context) int64 {
-	t.Helper()
-	tok, ok := lockstore.TokenFrom(ctx)
-	require.True(t, ok, "fn's ctx carries no fencing token")
-	require.Positive(t, tok)
-	return tok
-}
 
 func serializeToken(t *testing.T, ctx context.Context, s *sqlite.Store, k lockstore.Key) int64 {
 	t.Helper()
 	tok, err := sqlite.Serialize(ctx, s, k, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		return tokenOf(t, ctx), nil
+		return lockstoretest.RequireToken(t, ctx), nil
 	})
 	require.NoError(t, err)
 	return tok
@@ -45,39 +36,39 @@ func TestTokens(t *testing.T) {
 		next(t, serializeToken(t, ctx, s, key("a")))
 	}
 	_, err := sqlite.Serialize(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-		outer := tokenOf(t, ctx)
+		outer := lockstoretest.RequireToken(t, ctx)
 		next(t, outer)
 		_, err := sqlite.Serialize(ctx, s, key("b"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			inner := tokenOf(t, ctx)
+			inner := lockstoretest.RequireToken(t, ctx)
 			next(t, inner)
 			_, err := sqlite.Serialize(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-				require.Equal(t, outer, tokenOf(t, ctx), "the same key again: its token")
+				require.Equal(t, outer, lockstoretest.RequireToken(t, ctx), "the same key again: its token")
 				return 0, nil
 			})
 			require.NoError(t, err)
 			return sqlite.Serialize(ctx, s, key("b"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-				require.Equal(t, inner, tokenOf(t, ctx))
+				require.Equal(t, inner, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
 		})
 		require.NoError(t, err)
-		require.Equal(t, outer, tokenOf(t, ctx))
+		require.Equal(t, outer, lockstoretest.RequireToken(t, ctx))
 		return 0, nil
 	})
 	require.NoError(t, err)
 
 	_, err = sqlite.Exclusive(ctx, s, key("a"), func(ctx context.Context, q sqlite.Querier) (int, error) {
-		tok := tokenOf(t, ctx)
+		tok := lockstoretest.RequireToken(t, ctx)
 		next(t, tok)
 		_, err := sqlite.Serialize(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
-			require.Equal(t, tok, tokenOf(t, ctx), "Serialize inside Exclusive on its key: Exclusive's token")
+			require.Equal(t, tok, lockstoretest.RequireToken(t, ctx), "Serialize inside Exclusive on its key: Exclusive's token")
 			return 0, nil
 		})
 		require.NoError(t, err)
 		_, err = sqlite.Exclusive(ctx, s, key("b"), func(ctx context.Context, q sqlite.Querier) (int, error) {
-			next(t, tokenOf(t, ctx))
+			next(t, lockstoretest.RequireToken(t, ctx))
 			return sqlite.Exclusive(ctx, s, key("a"), func(ctx context.Context, q sqlite.Querier) (int, error) {
-				require.Equal(t, tok, tokenOf(t, ctx), "Exclusive again on its key under another: its token")
+				require.Equal(t, tok, lockstoretest.RequireToken(t, ctx), "Exclusive again on its key under another: its token")
 				return 0, nil
 			})
 		})
@@ -106,7 +97,7 @@ func TestTokensRiseAcrossRestarts(t *testing.T) {
 				tok = serializeToken(t, ctx, s, key("r"))
 			} else {
 				tok, err = sqlite.Exclusive(ctx, s, key("r"), func(ctx context.Context, q sqlite.Querier) (int64, error) {
-					return tokenOf(t, ctx), nil
+					return lockstoretest.RequireToken(t, ctx), nil
 				})
 				require.NoError(t, err)
 			}
