@@ -25,13 +25,13 @@ import (
 // own context, p.Context(), is not bounded by them: a handler that started
 // runs to its end. A deadline that does not parse is ignored.
 func (b *Bus) hookContext(msg *message.Message, sender context.Context) (context.Context, func()) {
-	st := &senderState{sender: sender}
+	var deadline time.Time
 	ctx, stops := b.runCtx, []func(){}
 	if v := msg.Metadata.Get(MetadataDeadline); v != "" {
 		if d, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, d)
-			st.deadline = d
+			deadline = d
 			stops = append(stops, cancel)
 		}
 	}
@@ -41,9 +41,11 @@ func (b *Bus) hookContext(msg *message.Message, sender context.Context) (context
 		unhook := context.AfterFunc(sender, func() { cancel(context.Cause(sender)) })
 		stops = append(stops, func() { unhook(); cancel(nil) })
 	}
-	if st.deadline.IsZero() && (sender == nil || sender.Done() == nil) {
+	if len(stops) == 0 {
+		// Nothing can end the sender's wait: no senderState to check.
 		return ctx, func() {}
 	}
+	st := &senderState{deadline: deadline, sender: sender}
 	return context.WithValue(ctx, senderKey{}, st), func() {
 		for _, stop := range stops {
 			stop()
