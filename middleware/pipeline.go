@@ -35,6 +35,11 @@ type Pipeline struct {
 	halted    bool
 	handled   bool
 	err       error
+
+	// after is the state of the run's after hooks, kept here rather than
+	// allocated per run (BenchmarkDispatch/impl=claimbus: one allocation
+	// of 28 per Dispatch).
+	after afterRun
 }
 
 // NewPipeline returns a pipeline for cmd whose handler context starts as ctx.

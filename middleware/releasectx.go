@@ -32,6 +32,13 @@ func (c *releaseCtx) init(parent context.Context, timeout time.Duration) {
 	c.deadline = time.Now().Add(timeout)
 }
 
+// reset makes c a zero releaseCtx again.
+func (c *releaseCtx) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.deadline, c.armed, c.cancel, c.ended = nil, time.Time{}, nil, nil, false
+}
+
 // ctx returns the armed context, arming it first if need be.
 func (c *releaseCtx) ctx() context.Context {
 	c.mu.Lock()

@@ -94,7 +94,8 @@ func (r *Runner) run(ctx context.Context, p *Pipeline, h HandlerFunc, final func
 	if p.ctx == nil {
 		p.ctx = ctx
 	}
-	a := &afterRun{r: r, ctx: ctx, p: p, final: final}
+	a := &p.after
+	a.reset(ctx, r, p, final)
 	// A hook, the handler or final that calls runtime.Goexit (t.FailNow in
 	// a test handler) ends the goroutine without a panic to recover: the
 	// after hooks still run, once each, as the goroutine unwinds.
@@ -135,6 +136,13 @@ type afterRun struct {
 	actx        releaseCtx // the after hooks' context
 	finalCalled bool       // final was called
 	complete    bool       // finish returned
+}
+
+// reset readies a for a run of p.
+func (a *afterRun) reset(ctx context.Context, r *Runner, p *Pipeline, final func(ctx context.Context)) {
+	a.r, a.ctx, a.p, a.final, a.started = r, ctx, p, final, 0
+	a.begun, a.failed, a.next, a.finalCalled, a.complete = false, false, 0, false, false
+	a.actx.reset()
 }
 
 // finish runs the after hooks in reverse order, then final.
