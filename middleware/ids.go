@@ -79,6 +79,25 @@ func withPipeline(ctx context.Context, p *Pipeline) context.Context {
 	return context.WithValue(ctx, idsKey{}, p)
 }
 
+// handlerCtx is a context carrying a pipeline, as withPipeline's: its
+// Value answers idsKey with p and asks its parent for any other key, so
+// that cancellation, deadlines and derived contexts are the parent's.
+type handlerCtx struct {
+	context.Context
+	p *Pipeline
+}
+
+// Value returns p under idsKey, and the parent's value otherwise.
+func (c *handlerCtx) Value(key any) any {
+	if _, ok := key.(idsKey); ok {
+		return c.p
+	}
+	return c.Context.Value(key)
+}
+
+// String names the context, as the standard library's do.
+func (c *handlerCtx) String() string { return "middleware.handlerCtx" }
+
 // childIDs are the ids of the commands caused by the one p carries.
 func (p *Pipeline) childIDs() IDs {
 	return IDs{CorrelationID: cmp.Or(p.CorrelationID, p.CommandUUID), CausationID: p.CommandUUID}

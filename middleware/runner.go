@@ -199,7 +199,8 @@ func (r *Runner) handle(ctx context.Context, p *Pipeline, h HandlerFunc) {
 		p.fail(err)
 		return
 	}
-	hctx = withPipeline(hctx, p)
+	p.hctx = handlerCtx{Context: hctx, p: p}
+	hctx = &p.hctx
 	var res any
 	var err error
 	if perr := Recover("handler", func() { res, err = h(hctx, p) }); perr != nil {
