@@ -66,7 +66,7 @@ func (b *Bus) dispatch(ctx context.Context, cmd any) (r reply, id, name string, 
 		return reply{}, id, name, err
 	}
 	if b.local {
-		err = b.handleLocal(ctx, msg, name, ctx, func(r reply) { b.waiters.deliver(id, r) })
+		err = b.handleLocal(ctx, msg, name, ctx, id)
 	} else {
 		msg.Metadata.Set(MetadataReplyTo, b.replyTopic)
 		err = b.publish(ctx, msg, name)
@@ -96,7 +96,7 @@ func (b *Bus) Send(ctx context.Context, cmd any) error {
 		return err
 	}
 	if b.local {
-		return b.handleLocal(ctx, msg, name, nil, nil)
+		return b.handleLocal(ctx, msg, name, nil, "")
 	}
 	return b.publish(ctx, msg, name)
 }
@@ -148,28 +148,42 @@ func (b *Bus) publish(ctx context.Context, msg *message.Message, name string) er
 }
 
 // handleLocal runs msg through its handler on a worker of the bus, and
-// gives its reply to done, if any. It returns once a worker took it, or
-// ctx ended first. sender, when not nil, is the context of the Dispatch
-// waiting for the outcome: once it ends, the handler no longer starts.
-func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string, sender context.Context, done func(reply)) error {
+// hands its reply to the waiter registered under waiter, if not empty (a
+// Dispatch's, by command id). It returns once a worker took it, or ctx ended
+// first. sender, when not nil, is the context of the Dispatch waiting for
+// the outcome: once it ends, the handler no longer starts.
+func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string, sender context.Context, waiter string) error {
 	if err := b.begin(); err != nil {
 		return err
 	}
-	job := func() {
-		defer b.inflight.Done()
-		b.processThen(msg, sender, func(r reply, poison string) {
-			if done != nil {
-				done(r)
-				return
-			}
-			b.dropped(msg, poison)
-		})
-	}
-	if !b.workers.submit(job, ctx.Done()) {
+	j := &localJob{b: b, msg: msg, sender: sender, waiter: waiter}
+	if !b.workers.submit(j, ctx.Done()) {
 		b.inflight.Done()
 		return timeoutError(ctx, msg.UUID, name)
 	}
 	return nil
+}
+
+// localJob is a command sent in process, as a worker runs it.
+type localJob struct {
+	b      *Bus
+	msg    *message.Message
+	sender context.Context
+	waiter string // the command id its Dispatch waits under; "" for Send
+}
+
+func (j *localJob) run() {
+	defer j.b.inflight.Done()
+	j.b.processThen(j.msg, j.sender, j.deliver)
+}
+
+// deliver hands the outcome to the waiting Dispatch, if any, or drops it.
+func (j *localJob) deliver(r reply, poison string) {
+	if j.waiter != "" {
+		j.b.waiters.deliver(j.waiter, r)
+		return
+	}
+	j.b.dropped(j.msg, poison)
 }
 
 // receiveCommands hands the messages of one command subscription to
@@ -185,10 +199,10 @@ func (b *Bus) receiveCommands(ch <-chan *message.Message) {
 				return
 			}
 			b.inflight.Add(1)
-			if !b.workers.submit(func() {
+			if !b.workers.submit(jobFunc(func() {
 				defer b.inflight.Done()
 				b.handleMessage(msg)
-			}, b.stopLoops) {
+			}), b.stopLoops) {
 				// Left unacked: the subscription's end gives it back to
 				// the transport.
 				b.inflight.Done()
