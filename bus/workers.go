@@ -5,7 +5,10 @@ import "sync"
 // workers runs jobs on at most max goroutines, started on demand and kept
 // until stop: a goroutine that handled a command keeps its grown stack for
 // the next one, where a fresh goroutine per command would grow (copy) its
-// stack each time.
+// stack each time. A fresh goroutine per command instead
+// took BenchmarkDispatch/impl=claimbus from about 9 to 18-24 µs/op and
+// BenchmarkSend/impl=claimbus from about 7.4 to 14-18 µs/op, one
+// allocation more each.
 type workers struct {
 	jobs chan job
 	stop chan struct{}

@@ -10,7 +10,9 @@ import (
 // the command's context without its cancellation, ending at a deadline,
 // and cancelled by end. Most runs have hooks that never wait on it, so its
 // timer is only made when Done or Err is first called: until then it costs
-// no timer and no allocation beyond its parent's WithoutCancel.
+// no timer and no allocation beyond its parent's WithoutCancel. Armed at
+// init instead, BenchmarkRunnerThreeNoop took 6 allocs/op instead of 2 and
+// BenchmarkDispatch/impl=claimbus 27 instead of 23.
 //
 // Once armed, it is a context.WithDeadline of that parent, and its Value
 // hands the stdlib's own cancellation key to it: a context derived from a
