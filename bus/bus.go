@@ -80,11 +80,11 @@ func New(cfg Config) (*Bus, error) {
 		logger:     cfg.Logger.With(watermill.LogFields{"bus_node": cfg.NodeID}),
 		handlers:   make(map[string]*entry),
 		registry:   middleware.NewRegistry(cfg.Marshaler),
-		workers:    newWorkers(cfg.HandlerConcurrency),
 		stopLoops:  make(chan struct{}),
 		closed:     make(chan struct{}),
 	}
 	b.waiters.m = make(map[string]chan reply)
+	b.workers = newWorkers(cfg.HandlerConcurrency, b.runJob)
 	b.runCtx, b.cancelRuns = context.WithCancel(context.Background())
 	return b, nil
 }

@@ -156,34 +156,28 @@ func (b *Bus) handleLocal(ctx context.Context, msg *message.Message, name string
 	if err := b.begin(); err != nil {
 		return err
 	}
-	j := &localJob{b: b, msg: msg, sender: sender, waiter: waiter}
-	if !b.workers.submit(j, ctx.Done()) {
+	if !b.workers.submit(job{msg: msg, local: true, sender: sender, waiter: waiter}, ctx.Done()) {
 		b.inflight.Done()
 		return timeoutError(ctx, msg.UUID, name)
 	}
 	return nil
 }
 
-// localJob is a command sent in process, as a worker runs it.
-type localJob struct {
-	b      *Bus
-	msg    *message.Message
-	sender context.Context
-	waiter string // the command id its Dispatch waits under; "" for Send
-}
-
-func (j *localJob) run() {
-	defer j.b.inflight.Done()
-	j.b.processThen(j.msg, j.sender, j.deliver)
-}
-
-// deliver hands the outcome to the waiting Dispatch, if any, or drops it.
-func (j *localJob) deliver(r reply, poison string) {
-	if j.waiter != "" {
-		j.b.waiters.deliver(j.waiter, r)
+// runJob runs j on a worker: a command sent in process, whose outcome goes
+// to its waiting Dispatch (or is dropped), or one from a subscription.
+func (b *Bus) runJob(j job) {
+	defer b.inflight.Done()
+	if !j.local {
+		b.handleMessage(j.msg)
 		return
 	}
-	j.b.dropped(j.msg, poison)
+	b.processThen(j.msg, j.sender, func(r reply, poison string) {
+		if j.waiter != "" {
+			b.waiters.deliver(j.waiter, r)
+			return
+		}
+		b.dropped(j.msg, poison)
+	})
 }
 
 // receiveCommands hands the messages of one command subscription to
@@ -199,10 +193,7 @@ func (b *Bus) receiveCommands(ch <-chan *message.Message) {
 				return
 			}
 			b.inflight.Add(1)
-			if !b.workers.submit(jobFunc(func() {
-				defer b.inflight.Done()
-				b.handleMessage(msg)
-			}), b.stopLoops) {
+			if !b.workers.submit(job{msg: msg}, b.stopLoops) {
 				// Left unacked: the subscription's end gives it back to
 				// the transport.
 				b.inflight.Done()
