@@ -65,7 +65,7 @@ func DefaultName(cmd any) string {
 // DefaultMarshaler returns the marshaler a bus uses when Config.Marshaler
 // is nil: JSON payloads, names from DefaultName, UUID message ids.
 func DefaultMarshaler() cqrs.CommandEventMarshaler {
-	return cqrs.JSONMarshaler{GenerateName: DefaultName, NewUUID: uuid.NewString}
+	return cqrs.JSONMarshaler{GenerateName: DefaultName, NewUUID: newUUID}
 }
 
 // Config configures a Bus. The zero Config is a working in-process bus.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 
 	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/middleware"
@@ -226,7 +225,7 @@ func (b *Bus) sendReply(cmd *message.Message, replyTo string, r reply) {
 		}
 		return
 	}
-	msg := message.NewMessage(uuid.NewString(), r.result)
+	msg := message.NewMessage(newUUID(), r.result)
 	msg.Metadata.Set(MetadataCommandID, cmd.UUID)
 	wire.SetReplyError(msg, r.errb)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
