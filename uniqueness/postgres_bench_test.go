@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,6 +138,66 @@ func BenchmarkPostgresStorm(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkPostgresStormSenders is the claim storm of BenchmarkPostgresStorm
+// at 1, 8, 64 and 256 senders, in one run on one database and one pool of
+// pgBenchConns: impl=floor, the bare INSERT ... ON CONFLICT DO NOTHING;
+// impl=claimbus, CreateStaff sent with Dispatch on an in-process bus with
+// the Uniqueness middleware on the PostgreSQL store and batched lookups
+// (bus-batched there). `benchstat -col /impl` prints the ratio per senders
+// count; ops/s is the throughput.
+func BenchmarkPostgresStormSenders(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.Pool(b, pgtest.PoolConfig{MaxConns: pgBenchConns})
+	table := newPGTable(b, pool)
+	var seq atomic.Int64
+	email := func() string { return "user" + strconv.FormatInt(seq.Add(1), 10) + "@x.org" }
+	rule := emailRuleWith(table, uniqueness.Batched(table.takenBatch))
+	for _, senders := range []int{1, 8, 64, 256} {
+		b.Run("senders="+strconv.Itoa(senders)+"/impl=floor", func(b *testing.B) {
+			sendFrom(b, senders, func() error {
+				id := email()
+				_, err := pool.Exec(ctx, "INSERT INTO staff (id, email, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+					id, id, "N")
+				return err
+			})
+		})
+		b.Run("senders="+strconv.Itoa(senders)+"/impl=claimbus", func(b *testing.B) {
+			store := newPGStore(b, pool)
+			h := &staffHandler{table: table}
+			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
+			bb := newBus(b, bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: senders}, h)
+			sendFrom(b, senders, func() error {
+				e := email()
+				_, err := bus.Dispatch[string](ctx, bb, &commands.CreateStaff{StaffID: e, Email: e, Name: "N"})
+				return err
+			})
+			require.Zero(b, h.duplicates.Load())
+		})
+	}
+}
+
+// sendFrom runs send b.N times from senders goroutines and reports ops/s.
+func sendFrom(b *testing.B, senders int, send func() error) {
+	b.Helper()
+	var wg sync.WaitGroup
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	for range senders {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := send(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
 // parallelism returns what makes RunParallel start pgBenchSenders
