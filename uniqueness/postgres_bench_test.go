@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -45,18 +46,13 @@ const pgBenchConns = 16
 // Compare the ops/s metrics.
 func BenchmarkPostgresStorm(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.Pool(b, pgtest.PoolConfig{MaxConns: pgBenchConns})
-	table := newPGTable(b, pool)
-	var seq atomic.Int64
-	email := func() string { return "user" + strconv.FormatInt(seq.Add(1), 10) + "@x.org" }
+	pool, table, email := newStormTable(b)
 
 	b.Run("floor", func(b *testing.B) {
 		b.SetParallelism(parallelism())
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				id := email()
-				if _, err := pool.Exec(ctx, "INSERT INTO staff (id, email, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-					id, id, "N"); err != nil {
+				if err := floorInsert(ctx, pool, email()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -149,19 +145,11 @@ func BenchmarkPostgresStorm(b *testing.B) {
 // count; ops/s is the throughput.
 func BenchmarkPostgresStormSenders(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.Pool(b, pgtest.PoolConfig{MaxConns: pgBenchConns})
-	table := newPGTable(b, pool)
-	var seq atomic.Int64
-	email := func() string { return "user" + strconv.FormatInt(seq.Add(1), 10) + "@x.org" }
+	pool, table, email := newStormTable(b)
 	rule := emailRuleWith(table, uniqueness.Batched(table.takenBatch))
 	for _, senders := range []int{1, 8, 64, 256} {
 		b.Run("senders="+strconv.Itoa(senders)+"/impl=floor", func(b *testing.B) {
-			sendFrom(b, senders, func() error {
-				id := email()
-				_, err := pool.Exec(ctx, "INSERT INTO staff (id, email, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-					id, id, "N")
-				return err
-			})
+			sendFrom(b, senders, func() error { return floorInsert(ctx, pool, email()) })
 		})
 		b.Run("senders="+strconv.Itoa(senders)+"/impl=claimbus", func(b *testing.B) {
 			store := newPGStore(b, pool)
@@ -176,6 +164,24 @@ func BenchmarkPostgresStormSenders(b *testing.B) {
 			require.Zero(b, h.duplicates.Load())
 		})
 	}
+}
+
+// newStormTable returns the storm benchmarks' pool of pgBenchConns, the
+// staff table on it and a source of distinct emails.
+func newStormTable(b *testing.B) (*pgxpool.Pool, *pgTable, func() string) {
+	b.Helper()
+	pool := pgtest.Pool(b, pgtest.PoolConfig{MaxConns: pgBenchConns})
+	var seq atomic.Int64
+	email := func() string { return "user" + strconv.FormatInt(seq.Add(1), 10) + "@x.org" }
+	return pool, newPGTable(b, pool), email
+}
+
+// floorInsert is the floor's whole work for one claim: a bare INSERT ...
+// ON CONFLICT DO NOTHING of email on the unique index.
+func floorInsert(ctx context.Context, pool *pgxpool.Pool, email string) error {
+	_, err := pool.Exec(ctx, "INSERT INTO staff (id, email, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+		email, email, "N")
+	return err
 }
 
 // sendFrom runs send b.N times from senders goroutines and reports ops/s.
