@@ -1,10 +1,10 @@
 BENCH ?= .
 PKG ?= ./...
 
-.PHONY: help test test/race test/long bench bench-held faults fuzz lint tidy ci
+.PHONY: help test test/race test/long bench bench-compare bench-held faults fuzz lint tidy ci
 
 help: ## Show this help.
-	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
 
 test: ## Run the tests (a throwaway PostgreSQL starts unless TEST_DATABASE_URL is set).
 	go test $(PKG)
@@ -17,6 +17,9 @@ test/long: ## The real-process suite of test/ in its long form (5,000 sign-ups o
 
 bench: ## Run the benchmarks five times each (BENCH=regexp PKG=./lockstore/...).
 	go test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKG)
+
+bench-compare: ## claimbus vs its baselines side by side, through benchstat (COUNT=5 BENCHTIME=1s BENCH_GROUPS="memory locks ..." OUT=dir); docs/PERFORMANCE.md.
+	bash .ci/bench-compare
 
 bench-held: ## TryLock+Release with 0, 1k and 10k locks held, and the time to take 100k (a private cluster).
 	go test -run '^$$' -bench 'BenchmarkTryLockReleaseHeld|BenchmarkTryLockRelease$$' -benchmem -count 5 ./lockstore/postgres/

@@ -91,7 +91,8 @@ type Memory struct {
 	// hashMask is all ones; a test clears it to make every key collide.
 	hashMask uint64
 	// shardBits is log2(len(shards)); the top shardBits bits of a key's
-	// hash, h>>shardShift, pick its shard.
+	// 32-bit hash, h>>shardShift, pick its shard (its table probes from
+	// the low bits).
 	shardBits  uint
 	shardShift uint
 	shards     []memShard
@@ -139,7 +140,7 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 		shardBits: uint(bits.TrailingZeros(uint(n))),
 		shards:    make([]memShard, n),
 	}
-	m.shardShift = 64 - m.shardBits
+	m.shardShift = 32 - m.shardBits
 	_, m.sysClock = m.clock.(systemClock)
 	m.base = m.clock.Now()
 	for i := range m.shards {
@@ -163,7 +164,10 @@ func defaultNode() string {
 func (m *Memory) hash(key Key) uint64 {
 	h := maphash.String(m.seed, key.Namespace)
 	h = (h ^ h>>29) * 0xbf58476d1ce4e5b9 // mix before adding the id's hash
-	return (h ^ maphash.String(m.seed, key.ID)) & m.hashMask
+	h ^= maphash.String(m.seed, key.ID)
+	// Folded to 32 bits, so that a lock keeps its hash in the word its
+	// state leaves free (see memLock).
+	return uint64(uint32(h^h>>32)) & m.hashMask
 }
 
 // shardOf returns the shard of the key of hash h.
@@ -394,7 +398,7 @@ func (m *Memory) CompareKeys(a, b Key) int { return CompareKeys(a, b) }
 // puts the lock in the table. The caller holds s.mu and has checked that
 // the shard is open.
 func (s *memShard) grant(h uint64, key Key) *memLock {
-	l := &memLock{shard: s, key: key, hash: h, token: s.nextToken(), at: s.m.stamp(), state: held}
+	l := &memLock{shard: s, key: key, hash: uint32(h), token: s.nextToken(), at: s.m.stamp(), state: held}
 	if s.m.ttl > 0 {
 		s.startLease(l)
 	}
@@ -420,7 +424,7 @@ func (s *memShard) handTo(l *memLock, w *waiter) {
 	if s.m.ttl > 0 {
 		s.startLease(&v.lock)
 	}
-	s.locks.Set(l.hash, &w.Value.lock)
+	s.locks.Set(uint64(l.hash), &w.Value.lock)
 	v.state = granted
 	close(v.ready)
 }
@@ -439,7 +443,7 @@ func (s *memShard) end(l *memLock, how lockState) (fire afterlost.Chain) {
 	}
 	e := l.ext
 	if e == nil {
-		s.locks.Delete(l.hash, l.key)
+		s.locks.Delete(uint64(l.hash), l.key)
 		return fire
 	}
 	s.stopLease(e)
@@ -450,7 +454,7 @@ func (s *memShard) end(l *memLock, how lockState) (fire afterlost.Chain) {
 		close(e.lost)
 	}
 	if e.queue.Len() == 0 {
-		s.locks.Delete(l.hash, l.key)
+		s.locks.Delete(uint64(l.hash), l.key)
 		return fire
 	}
 	s.handTo(l, e.queue.Pop())

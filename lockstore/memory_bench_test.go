@@ -11,21 +11,24 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// The benchmarks compare the memory store with three baselines:
-//   - SyncMutex: a bare sync.Mutex Lock/Unlock, the floor;
-//   - MapMutex: the plain design, the seed's lock table (owner and
+// The benchmarks compare the memory store (impl=claimbus) with three
+// baselines:
+//   - impl=syncmutex: a bare sync.Mutex Lock/Unlock, the floor;
+//   - impl=mapmutex: the plain design, the seed's lock table (owner and
 //     acquired-at per held key) in a map behind one mutex;
-//   - GenServer: the seed's design, one goroutine that owns that table and
-//     serves acquire and release calls over a channel.
+//   - impl=genserver: the seed's design, one goroutine that owns that table
+//     and serves acquire and release calls over a channel.
 //
 // Run them with
 //
 //	go test -run '^$' -bench . -benchmem -count 5 -cpu 1,2 ./lockstore/
+//
+// and compare with `benchstat -col /impl` (make bench-compare does both).
 
 // BenchmarkUncontended is TryLock then Release of one key by one goroutine.
 func BenchmarkUncontended(b *testing.B) {
 	key := lockstore.Key{Namespace: "bench", ID: "transfer-42"}
-	b.Run("Memory", func(b *testing.B) {
+	b.Run("impl=claimbus", func(b *testing.B) {
 		m := newMemory(b, lockstore.MemoryConfig{})
 		ctx := context.Background()
 		b.ReportAllocs()
@@ -37,7 +40,7 @@ func BenchmarkUncontended(b *testing.B) {
 			_ = l.Release(ctx)
 		}
 	})
-	b.Run("GenServer", func(b *testing.B) {
+	b.Run("impl=genserver", func(b *testing.B) {
 		g := newGenServer(b)
 		c := g.client()
 		b.ReportAllocs()
@@ -48,7 +51,7 @@ func BenchmarkUncontended(b *testing.B) {
 			c.release(key)
 		}
 	})
-	b.Run("MapMutex", func(b *testing.B) {
+	b.Run("impl=mapmutex", func(b *testing.B) {
 		s := newMapMutex()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -58,7 +61,7 @@ func BenchmarkUncontended(b *testing.B) {
 			s.release(key)
 		}
 	})
-	b.Run("SyncMutex", func(b *testing.B) {
+	b.Run("impl=syncmutex", func(b *testing.B) {
 		var mu sync.Mutex
 		b.ReportAllocs()
 		for b.Loop() {
@@ -75,7 +78,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 	ownKey := func() lockstore.Key {
 		return lockstore.Key{Namespace: "bench", ID: "transfer-" + strconv.FormatInt(ids.Add(1), 10)}
 	}
-	b.Run("Memory", func(b *testing.B) {
+	b.Run("impl=claimbus", func(b *testing.B) {
 		m := newMemory(b, lockstore.MemoryConfig{})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -90,7 +93,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 			}
 		})
 	})
-	b.Run("GenServer", func(b *testing.B) {
+	b.Run("impl=genserver", func(b *testing.B) {
 		g := newGenServer(b)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -104,7 +107,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 			}
 		})
 	})
-	b.Run("MapMutex", func(b *testing.B) {
+	b.Run("impl=mapmutex", func(b *testing.B) {
 		s := newMapMutex()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -118,7 +121,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 			}
 		})
 	})
-	b.Run("SyncMutex", func(b *testing.B) {
+	b.Run("impl=syncmutex", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			var mu sync.Mutex
@@ -134,7 +137,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 // Release; it reports grants per second.
 func BenchmarkHotKey64(b *testing.B) {
 	key := lockstore.Key{Namespace: "bench", ID: "hot"}
-	b.Run("Memory", func(b *testing.B) {
+	b.Run("impl=claimbus", func(b *testing.B) {
 		m := newMemory(b, lockstore.MemoryConfig{})
 		ctx := context.Background()
 		hotKey(b, func() error {
@@ -145,7 +148,7 @@ func BenchmarkHotKey64(b *testing.B) {
 			return l.Release(ctx)
 		})
 	})
-	b.Run("SyncMutex", func(b *testing.B) {
+	b.Run("impl=syncmutex", func(b *testing.B) {
 		var mu sync.Mutex
 		hotKey(b, func() error {
 			mu.Lock()

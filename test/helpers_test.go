@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/internal/testwait"
 )
 
 // deadline bounds every wait of these tests for an observable state.
@@ -100,17 +102,12 @@ func waitHealthy(t testing.TB, c *http.Client, url string) {
 	}, "%s/healthz answers 200", url)
 }
 
-// eventually polls cond every few milliseconds until it holds, and fails
-// the test when it still does not after deadline.
+// eventually polls cond, on the test's goroutine (its conditions assert
+// on t), until it holds, and fails the test when it still does not after
+// deadline.
 func eventually(t testing.TB, cond func() bool, format string, args ...any) {
 	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting until "+format, append([]any{deadline}, args...)...)
-		}
-		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // conditions here call t.Fatalf and require, so they run on the test's goroutine, never on require.Eventually's
-	}
+	testwait.Until(t, deadline, 10*time.Millisecond, cond, format, args...)
 }
 
 // signup is one CreateStaff of a storm.

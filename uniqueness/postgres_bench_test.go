@@ -4,10 +4,12 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -44,18 +46,13 @@ const pgBenchConns = 16
 // Compare the ops/s metrics.
 func BenchmarkPostgresStorm(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.Pool(b, pgtest.PoolConfig{MaxConns: pgBenchConns})
-	table := newPGTable(b, pool)
-	var seq atomic.Int64
-	email := func() string { return "user" + strconv.FormatInt(seq.Add(1), 10) + "@x.org" }
+	pool, table, email := newStormTable(b)
 
 	b.Run("floor", func(b *testing.B) {
 		b.SetParallelism(parallelism())
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				id := email()
-				if _, err := pool.Exec(ctx, "INSERT INTO staff (id, email, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-					id, id, "N"); err != nil {
+				if err := floorInsert(ctx, pool, email()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -137,6 +134,76 @@ func BenchmarkPostgresStorm(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkPostgresStormSenders is the claim storm of BenchmarkPostgresStorm
+// at 1, 8, 64 and 256 senders, in one run on one database and one pool of
+// pgBenchConns: impl=floor, the bare INSERT ... ON CONFLICT DO NOTHING;
+// impl=claimbus, CreateStaff sent with Dispatch on an in-process bus with
+// the Uniqueness middleware on the PostgreSQL store and batched lookups
+// (bus-batched there). `benchstat -col /impl` prints the ratio per senders
+// count; ops/s is the throughput.
+func BenchmarkPostgresStormSenders(b *testing.B) {
+	ctx := context.Background()
+	pool, table, email := newStormTable(b)
+	rule := emailRuleWith(table, uniqueness.Batched(table.takenBatch))
+	for _, senders := range []int{1, 8, 64, 256} {
+		b.Run("senders="+strconv.Itoa(senders)+"/impl=floor", func(b *testing.B) {
+			sendFrom(b, senders, func() error { return floorInsert(ctx, pool, email()) })
+		})
+		b.Run("senders="+strconv.Itoa(senders)+"/impl=claimbus", func(b *testing.B) {
+			store := newPGStore(b, pool)
+			h := &staffHandler{table: table}
+			mw := newUniqueness(b, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
+			bb := newBus(b, bus.Config{Middleware: []middleware.Middleware{mw}, HandlerConcurrency: senders}, h)
+			sendFrom(b, senders, func() error {
+				e := email()
+				_, err := bus.Dispatch[string](ctx, bb, &commands.CreateStaff{StaffID: e, Email: e, Name: "N"})
+				return err
+			})
+			require.Zero(b, h.duplicates.Load())
+		})
+	}
+}
+
+// newStormTable returns the storm benchmarks' pool of pgBenchConns, the
+// staff table on it and a source of distinct emails.
+func newStormTable(b *testing.B) (*pgxpool.Pool, *pgTable, func() string) {
+	b.Helper()
+	pool := pgtest.Pool(b, pgtest.PoolConfig{MaxConns: pgBenchConns})
+	var seq atomic.Int64
+	email := func() string { return "user" + strconv.FormatInt(seq.Add(1), 10) + "@x.org" }
+	return pool, newPGTable(b, pool), email
+}
+
+// floorInsert is the floor's whole work for one claim: a bare INSERT ...
+// ON CONFLICT DO NOTHING of email on the unique index.
+func floorInsert(ctx context.Context, pool *pgxpool.Pool, email string) error {
+	_, err := pool.Exec(ctx, "INSERT INTO staff (id, email, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+		email, email, "N")
+	return err
+}
+
+// sendFrom runs send b.N times from senders goroutines and reports ops/s.
+func sendFrom(b *testing.B, senders int, send func() error) {
+	b.Helper()
+	var wg sync.WaitGroup
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	for range senders {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := send(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
 // parallelism returns what makes RunParallel start pgBenchSenders

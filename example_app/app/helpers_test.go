@@ -23,7 +23,7 @@ import (
 // pgNode starts a node configured by cfg on the PostgreSQL database dsn
 // names (its Backend, and with transport "postgres" its bus transport),
 // served by httptest. Everything closes when the test ends.
-func pgNode(t *testing.T, dsn, name, transport string, cfg app.Config) (*app.Node, string) {
+func pgNode(t testing.TB, dsn, name, transport string, cfg app.Config) (*app.Node, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/claimbus/claimbus/example_app/app"
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testwait"
 )
 
 // route is one request of the API, with the status it answers when the
@@ -119,17 +120,11 @@ func TestOutage(t *testing.T) {
 	}
 }
 
-// waitFor polls cond, on the test's goroutine, until it holds; it fails
-// the test after timeout.
+// waitFor polls cond, on the test's goroutine (its conditions assert
+// through send), until it holds; it fails the test after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // conditions here assert through send, so they run on the test's goroutine, never on require.Eventually's
-	}
+	testwait.Until(t, timeout, 50*time.Millisecond, cond, "%s", what)
 }
 
 // keys returns the keys of m.

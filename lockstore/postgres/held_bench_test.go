@@ -50,8 +50,8 @@ func BenchmarkTryLockReleaseHeld(b *testing.B) {
 		name string
 		cfg  Config
 	}{
-		{"store", Config{}},
-		{"fixed2conns", Config{LocksPerConn: 1 << 30}},
+		{"mode=store", Config{}},
+		{"mode=fixed2conns", Config{LocksPerConn: 1 << 30}},
 	} {
 		for _, n := range []int{0, 1_000, 10_000} {
 			b.Run(fmt.Sprintf("%s/held=%d", mode.name, n), func(b *testing.B) {

@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
@@ -39,13 +42,17 @@ func runParallel(b *testing.B, op func(ctx context.Context, key lockstore.Key, i
 	})
 }
 
-// BenchmarkTryLockRelease compares, in one run, the store's TryLock and
-// Release on distinct keys (64 goroutines, the default 2 lock connections)
-// with the baseline of issue 3: each call takes a connection from a pool of
-// 8 and runs pg_advisory_lock and pg_advisory_unlock on it.
+// BenchmarkTryLockRelease compares, in one run on one server, the store's
+// TryLock and Release on distinct keys (64 goroutines, the default 2 lock
+// connections; impl=claimbus) with two baselines doing the same lock and
+// unlock per key: impl=pgxpool, issue 3's, where each call takes a
+// connection from a pool of 8 and runs pg_advisory_lock and
+// pg_advisory_unlock on it; impl=goose, pressly/goose's session locker (one
+// per key, as its lock ID is fixed) on a database/sql pool of 8 over pgx.
+// `benchstat -col /impl` prints the ratios.
 func BenchmarkTryLockRelease(b *testing.B) {
 	dsn := pgtest.DSN(b)
-	b.Run("store", func(b *testing.B) {
+	b.Run("impl=claimbus", func(b *testing.B) {
 		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "bench-store"})
 		s := newTestStore(b, pool, Config{})
 		runParallel(b, func(ctx context.Context, key lockstore.Key, _ LockID) error {
@@ -57,12 +64,40 @@ func BenchmarkTryLockRelease(b *testing.B) {
 		})
 		reportBatching(b, s)
 	})
-	b.Run("baseline_pool8", func(b *testing.B) {
+	b.Run("impl=pgxpool", func(b *testing.B) {
 		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "bench-baseline"})
 		runParallel(b, func(ctx context.Context, _ lockstore.Key, id LockID) error {
 			return baselineLockUnlock(ctx, pool, id)
 		})
 	})
+	b.Run("impl=goose", func(b *testing.B) {
+		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "bench-goose"})
+		db := stdlib.OpenDBFromPool(pool)
+		b.Cleanup(func() { _ = db.Close() })
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(8)
+		runParallel(b, func(ctx context.Context, _ lockstore.Key, id LockID) error {
+			return gooseLockUnlock(ctx, db, id)
+		})
+	})
+}
+
+// gooseLockUnlock takes and releases id with goose's session locker on a
+// connection of db. The locker's lock ID is one bigint: the two halves of id.
+func gooseLockUnlock(ctx context.Context, db *sql.DB, id LockID) error {
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(int64(id.Namespace)<<32 | int64(uint32(id.ID))))
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	if err := locker.SessionLock(ctx, conn); err != nil {
+		return err
+	}
+	return locker.SessionUnlock(ctx, conn)
 }
 
 // baselineLockUnlock is the naive form: a pooled connection per call.
@@ -140,6 +175,48 @@ func BenchmarkHotKeyHandoff(b *testing.B) {
 	if total > 0 {
 		b.ReportMetric(float64(grants[1].Load())/float64(total), "share_b")
 	}
+}
+
+// BenchmarkHotKey64 contends one key from 64 goroutines on one node, in one
+// run on one server: impl=claimbus, the store's Lock and Release (the
+// default 2 lock connections); impl=pgxpool, a blocking pg_advisory_lock and
+// pg_advisory_unlock on a connection taken per call from a pool of 8. One op
+// is one grant. goose's session locker has no place here: it polls
+// pg_try_advisory_lock at a fixed interval (5s by default) instead of
+// waiting in the server's queue.
+func BenchmarkHotKey64(b *testing.B) {
+	dsn := pgtest.DSN(b)
+	key := lockstore.Key{Namespace: "bench", ID: "hot64"}
+	id := computeLockID(nil, key)
+	hot := func(b *testing.B, op func(ctx context.Context) error) {
+		b.Helper()
+		b.SetParallelism((benchGoroutines + 1) / max(1, runtimeProcs()))
+		ctx := context.Background()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := op(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.Run("impl=claimbus", func(b *testing.B) {
+		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "bench-hot-store"})
+		s := newTestStore(b, pool, Config{})
+		hot(b, func(ctx context.Context) error {
+			l, err := s.Lock(ctx, key)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		})
+	})
+	b.Run("impl=pgxpool", func(b *testing.B) {
+		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "bench-hot-baseline"})
+		hot(b, func(ctx context.Context) error { return baselineLockUnlock(ctx, pool, id) })
+	})
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

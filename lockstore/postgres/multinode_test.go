@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -27,18 +28,11 @@ func twoNodes(t *testing.T, cfg Config) (dsn string, a, b *Store) {
 	return dsn, newTestStore(t, pa, cfg), newTestStore(t, pb, cfg)
 }
 
-// waitFor polls cond every millisecond until it holds, failing t after 20
-// seconds.
+// waitFor polls cond, on the test's goroutine (some conditions call
+// require), every millisecond until it holds, failing t after 20 seconds.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	const timeout = 20 * time.Second
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond) //nolint:forbidigo // conditions here call require (exclusive_test.go), so they run on the test's goroutine, never on require.Eventually's
-	}
+	testwait.Until(t, 20*time.Second, time.Millisecond, cond, "%s", what)
 }
 
 func TestTwoNodesMutualExclusionStorm(t *testing.T) {

@@ -48,15 +48,18 @@ func TestStatementTimeoutWithoutDeadline(t *testing.T) {
 	require.Equal(t, "0", show(dctx, t), "with a deadline, the deadline bounds the transaction")
 
 	cfg := pool.Config()
-	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
-	lower := newTestStore(t, serialPoolFromConfig(t, cfg), Config{StatementTimeout: 300 * time.Millisecond})
+	// A session timeout below the store's is kept. Every statement of the
+	// pool runs under it, New's too, so it is 1s, not one that a loaded
+	// machine's DDL can outlast (100ms failed New with 57014 in CI).
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "1000"
+	lower := newTestStore(t, serialPoolFromConfig(t, cfg), Config{StatementTimeout: 3 * time.Second})
 	v, err := Serialize(noDeadline, lower, key, func(ctx context.Context, tx pgx.Tx) (string, error) {
 		var v string
 		err := tx.QueryRow(ctx, "SHOW statement_timeout").Scan(&v)
 		return v, err
 	})
 	require.NoError(t, err)
-	require.Equal(t, "100ms", v)
+	require.Equal(t, "1s", v)
 
 	// Another node holds the key: the waits end after StatementTimeout.
 	id := serialLockID(t, s, key)
