@@ -27,7 +27,8 @@ type LostNotifier interface {
 // lock once its own locks are released: the memory store's Reset and Close
 // call it before they return, and a lease's end in the timer's goroutine.
 // So f must be quick and not block, as a context.CancelFunc is; to do more,
-// f starts a goroutine.
+// f starts a goroutine. f must not call the store's Close, which waits for
+// the calls of f it made and for lease timers, f's own included.
 //
 // A lock of another package that does not implement LostNotifier is
 // watched by one goroutine that waits for Lost until the loss or the first

@@ -324,6 +324,7 @@ func (m *Memory) Close() error {
 			s.closed = true
 			for l := range s.locks.All {
 				l.state = lost
+				s.lost++
 				fire = append(fire, l.after.Take())
 				if e := l.ext; e != nil {
 					e.failWaiters(ErrClosed)
@@ -438,6 +439,7 @@ func (s *memShard) end(l *memLock, how lockState) (fire afterlost.Chain) {
 	l.state = how
 	if how == lost {
 		fire = l.after.Take()
+		s.lost++
 	} else if l.after.Len() > 0 {
 		l.after = afterlost.List{}
 	}
@@ -447,9 +449,6 @@ func (s *memShard) end(l *memLock, how lockState) (fire afterlost.Chain) {
 		return fire
 	}
 	s.stopLease(e)
-	if how == lost {
-		s.lost++
-	}
 	if how == lost && e.lost != nil {
 		close(e.lost)
 	}

@@ -34,4 +34,15 @@ func TestMemoryStats(t *testing.T) {
 	require.Equal(t, lockstore.Stats{Held: 1, LocksLost: 1}, m.Stats(), "Reset ended b; its waiter holds it now")
 	require.NoError(t, r.lock.Release(ctx))
 	require.Equal(t, lockstore.Stats{LocksLost: 1}, m.Stats())
+
+	// A lock nobody waited for, watched or leased counts when Reset or
+	// Close ends it too.
+	_, err = m.TryLock(ctx, key("c"))
+	require.NoError(t, err)
+	require.NoError(t, m.Reset(ctx))
+	require.Equal(t, lockstore.Stats{LocksLost: 2}, m.Stats(), "Reset ended c")
+	_, err = m.TryLock(ctx, key("d"))
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	require.Equal(t, lockstore.Stats{LocksLost: 3}, m.Stats(), "Close ended d")
 }

@@ -181,8 +181,9 @@ func (l *List) Take() Chain {
 // Chain is the nodes taken from a List.
 type Chain struct{ head *Node }
 
-// Fire fires every node of c, in the caller's goroutine, the last
-// registered first. The caller must hold no mutex a target may take.
+// Fire fires every node of c, in the caller's goroutine, in no order the
+// caller may rely on (a prune reverses part of the list). The caller must
+// hold no mutex a target may take.
 func (c Chain) Fire() {
 	for n := c.head; n != nil; {
 		next := n.next
