@@ -76,8 +76,10 @@ type Config struct {
 	// Default (both nil): in process. Dispatch and Send hand each command to
 	// its handler inside this process and its reply straight back, through
 	// the same marshaling, middleware and reply encoding as over a
-	// transport: a bus on a private GoChannel that nothing else can reach,
-	// without the GoChannel's copies, goroutines and subscriptions.
+	// transport. It behaves as a bus on a private GoChannel that nothing
+	// else can reach would, but uses no GoChannel: no message copies, no
+	// subscriber goroutines, no topics (see the package doc for what
+	// differs from a transport).
 	//
 	// The bus never closes a Publisher or Subscriber it is given; their
 	// owner does, after Close. For several nodes use a transport with
