@@ -258,6 +258,21 @@ func TestEventSourcedStormOnPostgres(t *testing.T) {
 	}
 }
 
+// newTwoReservingNodes starts two reserving nodes on a fresh database,
+// sharing one event table with no projection lag (the first node creates
+// it), and returns them with the table.
+func newTwoReservingNodes(t *testing.T, maxLag time.Duration) ([]*pgNode, *pgEvents) {
+	t.Helper()
+	var events *pgEvents
+	nodes := newPGNodes(t, pgtest.DSN(t), 2, func(pool *pgxpool.Pool) *pgEvents {
+		if events == nil {
+			events = newPGEvents(t, pool, 0)
+		}
+		return &pgEvents{pool: pool}
+	}, true, maxLag)
+	return nodes, events
+}
+
 // A node dies between its handler's commit and the confirmation (its lock
 // store closes: its locks are gone): the other node finds the value taken,
 // and, when the write never happened, free again once maxLag has passed.
@@ -267,14 +282,7 @@ func TestNodeDiesBeforeConfirmOnPostgres(t *testing.T) {
 	for _, written := range []bool{true, false} {
 		t.Run(map[bool]string{true: "write committed", false: "write lost"}[written], func(t *testing.T) {
 			t.Parallel()
-			dsn := pgtest.DSN(t)
-			var events *pgEvents
-			nodes := newPGNodes(t, dsn, 2, func(pool *pgxpool.Pool) *pgEvents {
-				if events == nil {
-					events = newPGEvents(t, pool, 0)
-				}
-				return &pgEvents{pool: pool}
-			}, true, maxLag)
+			nodes, events := newTwoReservingNodes(t, maxLag)
 			ctx := context.Background()
 			dead, alive := nodes[0], nodes[1]
 
@@ -318,14 +326,7 @@ func TestNodeDiesBeforeConfirmOnPostgres(t *testing.T) {
 // Two nodes sweep at once: one sweeps a scope while the other skips it.
 func TestSweepRunsOnOneNodeAtATimeOnPostgres(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.DSN(t)
-	var events *pgEvents
-	nodes := newPGNodes(t, dsn, 2, func(pool *pgxpool.Pool) *pgEvents {
-		if events == nil {
-			events = newPGEvents(t, pool, 0)
-		}
-		return &pgEvents{pool: pool}
-	}, true, time.Hour)
+	nodes, events := newTwoReservingNodes(t, time.Hour)
 	ctx := context.Background()
 	_, err := bus.Dispatch[string](ctx, nodes[0].bus, &commands.CreateStaff{StaffID: "a", Email: "a@x.org", Name: "A"})
 	require.NoError(t, err)
