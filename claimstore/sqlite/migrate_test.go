@@ -45,11 +45,6 @@ var component = migratetest.Component{
 	Migrations: sqlite.Migrations, SchemaVersion: sqlite.SchemaVersion, VersionTable: sqlite.VersionTable,
 }
 
-func appliedVersion(t *testing.T, db *sql.DB) int64 {
-	t.Helper()
-	return migratetest.SQLiteVersion(t, db, component)
-}
-
 func TestSchemaVersionIsTheLatestMigration(t *testing.T) {
 	t.Parallel()
 	migratetest.RequireLatest(t, component)
@@ -69,7 +64,7 @@ func TestMigrateUpgradesRelease0(t *testing.T) {
 	require.NoError(t, err)
 
 	s := newStore(t, db, sqlite.Config{})
-	require.Equal(t, sqlite.SchemaVersion, appliedVersion(t, db))
+	require.Equal(t, sqlite.SchemaVersion, migratetest.SQLiteVersion(t, db, component))
 	held, reserved, err := s.Reserve(ctx, lockstore.Key{Namespace: "ns", ID: "held"}, "new-owner", time.Hour)
 	require.NoError(t, err)
 	require.False(t, reserved, "the old reservation survives")
@@ -107,7 +102,7 @@ func TestMigrateStoresStartingTogether(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "store %d", i)
 	}
-	require.Equal(t, sqlite.SchemaVersion, appliedVersion(t, dbs[0]))
+	require.Equal(t, sqlite.SchemaVersion, migratetest.SQLiteVersion(t, dbs[0], component))
 }
 
 // TestNoAutoMigrate: with NoAutoMigrate, New on an empty file creates

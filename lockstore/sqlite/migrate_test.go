@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"database/sql"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,11 +11,6 @@ import (
 
 var component = migratetest.Component{
 	Migrations: sqlite.Migrations, SchemaVersion: sqlite.SchemaVersion, VersionTable: sqlite.VersionTable,
-}
-
-func appliedVersion(t *testing.T, db *sql.DB) int64 {
-	t.Helper()
-	return migratetest.SQLiteVersion(t, db, component)
 }
 
 func TestSchemaVersionIsTheLatestMigration(t *testing.T) {
@@ -41,7 +35,7 @@ func TestMigrateUpgradesRelease0(t *testing.T) {
 
 	s := newStore(t, db, sqlite.Config{})
 	require.GreaterOrEqual(t, serializeToken(t, ctx, s, key("m")), mark)
-	require.Equal(t, sqlite.SchemaVersion, appliedVersion(t, db))
+	require.Equal(t, sqlite.SchemaVersion, migratetest.SQLiteVersion(t, db, component))
 }
 
 // TestNoAutoMigrate: with NoAutoMigrate, New on an empty file creates
@@ -63,5 +57,5 @@ func TestNoAutoMigrate(t *testing.T) {
 	fresh, _ := newDB(t)
 	s2 := newStore(t, fresh, sqlite.Config{})
 	require.Positive(t, serializeToken(t, ctx, s2, key("n")))
-	require.Equal(t, sqlite.SchemaVersion, appliedVersion(t, fresh))
+	require.Equal(t, sqlite.SchemaVersion, migratetest.SQLiteVersion(t, fresh, component))
 }
