@@ -437,11 +437,11 @@ func (s *memShard) handTo(l *memLock, w *waiter) {
 // The caller holds s.mu.
 func (s *memShard) end(l *memLock, how lockState) (fire afterlost.Chain) {
 	l.state = how
+	fire = l.after.Take()
 	if how == lost {
-		fire = l.after.Take()
 		s.lost++
-	} else if l.after.Len() > 0 {
-		l.after = afterlost.List{}
+	} else {
+		fire = afterlost.Chain{} // a released lock's registrations are dropped
 	}
 	e := l.ext
 	if e == nil {
