@@ -98,6 +98,13 @@ func (q *Queue[K]) TryTake(key K) bool {
 // the caller does not hold the turn and has left no trace: it was never
 // granted the turn, or, granted it as it gave up, it passed it on.
 func (q *Queue[K]) Take(ctx context.Context, closing <-chan struct{}, closed error, key K) error {
+	return q.TakeWith(ctx, closing, closed, key, q.Pass)
+}
+
+// TakeWith is Take for a caller whose turns carry state of their own: a
+// caller handed the turn as it gave up ends it with pass (which must end
+// it, in the end with Pass), not with Pass.
+func (q *Queue[K]) TakeWith(ctx context.Context, closing <-chan struct{}, closed error, key K, pass func(K)) error {
 	sh, h := q.shard(key)
 	sh.mu.Lock()
 	t := sh.turns.Get(h, key)
@@ -131,7 +138,7 @@ func (q *Queue[K]) Take(ctx context.Context, closing <-chan struct{}, closed err
 		<-w.Value.ready
 		w.Value.granted = false
 		waiterPool.Put(w)
-		q.Pass(key)
+		pass(key)
 		return err
 	}
 	// The key's turn is still taken (this waiter is queued on it), and its
@@ -161,6 +168,25 @@ func (q *Queue[K]) Pass(key K) {
 	}
 	w.Value.granted = true
 	w.Value.ready <- struct{}{}
+}
+
+// PassIfWaiting hands the current turn of key to its first waiter and
+// returns true; when none waits it returns false, and the turn stays held.
+func (q *Queue[K]) PassIfWaiting(key K) bool {
+	sh, h := q.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.turns.Get(h, key)
+	if t == nil {
+		return false
+	}
+	w := t.waiting.Pop()
+	if w == nil {
+		return false
+	}
+	w.Value.granted = true
+	w.Value.ready <- struct{}{}
+	return true
 }
 
 // Waiting returns how many callers wait for key's turn now, its holder not
