@@ -36,6 +36,13 @@ type pgLock struct {
 	// lostErr says why the lock was lost; it is set before state becomes
 	// lockLost.
 	lostErr error
+	// handovers counts the grants before this one handed over in place in
+	// a row (see handoffs); at maxHandovers its release unlocks.
+	handovers int
+	// handedOver, guarded by c.mu, is set while the lock's release waits
+	// in place for its lock id's next holder (see handoffs): the turn is no
+	// longer the lock's.
+	handedOver bool
 	// afterMu guards after, the AfterLost registrations while the lock is
 	// not lost.
 	afterMu sync.Mutex
@@ -111,6 +118,13 @@ func (l *pgLock) Release(context.Context) error {
 		return nil
 	}
 	r := &request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})}
+	if s := l.c.s; l.handovers < maxHandovers && s.queue.q.Waiters() > 0 && s.queue.waiting(l.id) > 0 && l.c.handOver(r) {
+		// The next waiter of the lock id on this node takes the lock over in
+		// place: its renew confirms this release (see handoffs).
+		s.queue.pass(l.id)
+		<-r.done
+		return r.err
+	}
 	if err := l.c.submit(r); err != nil {
 		// Every error of submit means the connection the lock lived on is
 		// gone (ErrClosed, errStaleLock, errRetired) or down
@@ -134,8 +148,11 @@ func (l *pgLock) end(cause error) afterlost.Chain {
 		l.state.Store(lockReleased)
 	}
 	// The turn passes before Lost closes: a holder that takes the key again
-	// as soon as it sees the loss must not find its own old turn.
-	l.c.s.queue.pass(l.id)
+	// as soon as it sees the loss must not find its own old turn. A lock
+	// handed over passed its turn already.
+	if !l.handedOver {
+		l.c.s.queue.pass(l.id)
+	}
 	if lost {
 		close(l.lost)
 	}
@@ -246,6 +263,21 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (LockID, error) {
 // It fails with lockstore.ErrCapacity when the store holds Config.MaxHeld
 // locks.
 func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgLock, error) {
+	if prev := s.handoffs.claim(id, nil); prev != nil {
+		// The previous holder handed the lock over in place: the grant
+		// takes its place (so MaxHeld is not checked).
+		s.held.Add(1)
+		r := &request{kind: renewRequest, id: id, key: key, prev: prev, done: make(chan struct{})}
+		err := prev.lock.c.submit(r)
+		if err == nil {
+			return s.await(ctx, r)
+		}
+		// The lock's connection is gone (its drop ended the lock, and left
+		// the release to whoever took it): the release fails, and the key,
+		// freed with the session, is tried as usual.
+		s.held.Add(-1)
+		s.failHandover(prev, err)
+	}
 	if n := s.held.Add(1); n > int64(s.maxHeld) {
 		s.held.Add(-1)
 		s.stats.capacity.Add(1)
@@ -268,6 +300,11 @@ func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgL
 		s.queue.pass(id)
 		return nil, err
 	}
+	return s.await(ctx, r)
+}
+
+// await waits for the result of r, a lock or renew request of attempt.
+func (s *Store) await(ctx context.Context, r *request) (*pgLock, error) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
@@ -277,7 +314,7 @@ func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgL
 		<-r.done // the result is being delivered: it came first
 	}
 	if r.err != nil {
-		s.queue.pass(id)
+		s.queue.pass(r.id)
 		return nil, r.err
 	}
 	return r.result, nil

@@ -14,6 +14,7 @@ type storeStats struct {
 	reconnects           atomic.Int64
 	lost                 atomic.Int64
 	capacity             atomic.Int64
+	handovers            atomic.Int64
 }
 
 // Stats reports the store's counters: Held, the locks held and the lock
@@ -23,7 +24,9 @@ type storeStats struct {
 // BatchedRequests of the lock connections; Reconnects of the base lock
 // connections; LocksLost, the locks held on a connection that broke (not
 // those ended by Close); CapacityRefusals, the lock requests refused for
-// Config.MaxHeld or a full lock table on the server.
+// Config.MaxHeld or a full lock table on the server; Handovers, the grants
+// handed over in place from a holder to the next waiter of its lock id on
+// this node (see the package doc).
 func (s *Store) Stats() lockstore.Stats {
 	return lockstore.Stats{
 		Held:             s.held.Load(),
@@ -33,5 +36,6 @@ func (s *Store) Stats() lockstore.Stats {
 		Reconnects:       s.stats.reconnects.Load(),
 		LocksLost:        s.stats.lost.Load(),
 		CapacityRefusals: s.stats.capacity.Load(),
+		Handovers:        s.stats.handovers.Load(),
 	}
 }

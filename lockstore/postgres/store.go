@@ -72,6 +72,8 @@ type Store struct {
 	stats storeStats
 	// queue is the node-local turn queue in front of the lock connections.
 	queue *turnQueue
+	// handoffs are the releases of queue's lock ids handed over in place.
+	handoffs handoffs
 	// serial is the node-local turn queue of Serialize and Exclusive, so
 	// that a node's own callers for one key wait in Go, not each on a
 	// pooled connection blocked on the server. It is separate from queue:
@@ -139,6 +141,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.batchSQL = batchSQLFor(s.tokenSQL)
 	s.connConfig = lockConnConfig(connConfig, cfg)
 	s.queue = newTurnQueue()
+	s.queue.s = s
 	s.serial = newTurnQueue()
 
 	if err := s.sizeCapacity(ctx); err != nil {
