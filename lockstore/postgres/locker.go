@@ -95,8 +95,10 @@ func (l *pgLock) WatchLost(n *afterlost.Node) {
 	}
 }
 
-// Release runs pg_advisory_unlock on the lock connection and waits for the
-// server's answer, whatever ctx says: the unlock runs under the store's
+// Release runs pg_advisory_unlock on the lock connection, or, when a
+// caller of this node waits for the lock id, hands the lock over to it in
+// place (see the package doc: its renew confirms this release), and waits
+// for the server's answer, whatever ctx says: the unlock runs under the store's
 // context and within the lease bound (a round trip that takes longer
 // closes the connection, which frees the lock too), so a release is never
 // cut short by a caller going away, and once Release returns the key can be

@@ -21,7 +21,8 @@ type storeStats struct {
 // requests on their way to the server; Waiting, the callers of this node
 // queued for a key's turn behind another of its callers (the caller whose
 // turn it is, polling while another node holds the key, is not counted); RoundTrips and
-// BatchedRequests of the lock connections; Reconnects of the base lock
+// BatchedRequests of the lock connections (a renew, see the package doc,
+// counts as the release and the grant it carries); Reconnects of the base lock
 // connections; LocksLost, the locks held on a connection that broke (not
 // those ended by Close); CapacityRefusals, the lock requests refused for
 // Config.MaxHeld or a full lock table on the server; Handovers, the grants
