@@ -52,8 +52,8 @@ func (h *handoffs) put(r *request) {
 		sh.m = make(map[LockID]*request)
 	}
 	sh.m[r.id] = r
-	sh.mu.Unlock()
 	h.pending.Add(1)
+	sh.mu.Unlock()
 }
 
 // has reports whether a release of id waits in place.

@@ -168,6 +168,39 @@ func TestHandoverFIFO(t *testing.T) {
 	freeOn(ctx, t, other, key)
 }
 
+// TestHandoverToAnotherKeyOfTheLockID: a waiter for another key of the
+// same lock id is handed the lock in place, with its own key.
+func TestHandoverToAnotherKeyOfTheLockID(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, s, other := twoNodes(t, Config{})
+	a, b := collidingIDs(t)
+	ka := lockstore.Key{Namespace: "handover", ID: a}
+	kb := lockstore.Key{Namespace: "handover", ID: b}
+	holder, err := s.TryLock(ctx, ka)
+	require.NoError(t, err)
+	type result struct {
+		l   lockstore.Lock
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		l, err := s.Lock(ctx, kb)
+		waited <- result{l, err}
+	}()
+	waitFor(t, "waiter queued", func() bool { return s.Waiting(kb) == 1 })
+	require.NoError(t, holder.Release(ctx))
+	w := <-waited
+	require.NoError(t, w.err)
+	require.Equal(t, kb, w.l.Key())
+	require.Greater(t, w.l.Token(), holder.Token())
+	require.EqualValues(t, 1, s.Stats().Handovers)
+	_, err = other.TryLock(ctx, ka)
+	require.ErrorIs(t, err, lockstore.ErrLocked, "the lock id stayed held")
+	require.NoError(t, w.l.Release(ctx))
+	freeOn(ctx, t, other, ka)
+}
+
 // TestHandoverToNobodyUnlocks: a holder recorded its release in place, but
 // its waiter gave up before the turn reached it (here: none waits as the
 // turn passes). The pass keeps the turn, unlocks on the server, and the

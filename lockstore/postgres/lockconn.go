@@ -436,9 +436,12 @@ func (c *lockConn) roundTrip(batch []*request) error {
 	c.requests.Add(int64(carried))
 	c.s.stats.roundTrips.Add(1)
 	c.s.stats.requests.Add(int64(carried))
-	c.mu.Lock()
-	pid := int64(c.pid)
-	c.mu.Unlock()
+	var pid int64 // the backend a renew must run on
+	if carried > n {
+		c.mu.Lock()
+		pid = int64(c.pid)
+		c.mu.Unlock()
+	}
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(c.s.ctx, c.deadline(sent))
 	defer cancel()
