@@ -230,41 +230,60 @@ func TestHandoverToNobodyUnlocks(t *testing.T) {
 	require.NoError(t, l2.Release(ctx))
 }
 
+// midRenew is a handover stalled on the server: node a's holder released
+// its key, and its waiter's renew, which carries the release, waits on
+// nextval (the token sequence is locked by tx).
+type midRenew struct {
+	s, other *Store
+	admin    *pgx.Conn
+	tx       pgx.Tx
+	key      lockstore.Key
+	holder   lockstore.Lock
+	pid      uint32     // the backend of node a's one lock connection
+	released chan error // the holder's Release
+	waited   chan error // the waiter's Lock (a grant is an error too)
+}
+
+// stallRenew sets up a midRenew on key, the waiter's Lock under waitCtx.
+func stallRenew(ctx, waitCtx context.Context, t *testing.T, key lockstore.Key) *midRenew {
+	t.Helper()
+	dsn, s, other := twoNodesLongLease(t)
+	m := &midRenew{s: s, other: other, admin: serialAdmin(t, dsn), key: key,
+		released: make(chan error, 1), waited: make(chan error, 1)}
+	var err error
+	m.holder, err = s.TryLock(ctx, key)
+	require.NoError(t, err)
+	m.pid = connPIDs(s)[0]
+	go func() {
+		l, err := s.Lock(waitCtx, key)
+		if err == nil {
+			err = errors.Join(errors.New("granted"), l.Release(ctx))
+		}
+		m.waited <- err
+	}()
+	waitFor(t, "waiter queued", func() bool { return s.Waiting(key) == 1 })
+	m.tx = stallTokens(ctx, t, m.admin)
+	go func() { m.released <- m.holder.Release(ctx) }()
+	waitBlocked(ctx, t, m.tx, m.pid)
+	return m
+}
+
 // TestHandoverWaiterAbandonsMidRenew: the waiter gives up while its renew,
 // which carries the holder's release, is on the server. The release
 // succeeds, the grant nobody wants is unlocked, and the key is free.
 func TestHandoverWaiterAbandonsMidRenew(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	dsn, s, other := twoNodesLongLease(t)
-	admin := serialAdmin(t, dsn)
-	key := lockstore.Key{Namespace: "handover", ID: "abandon"}
-	holder, err := s.TryLock(ctx, key)
-	require.NoError(t, err)
-	pid := connPIDs(s)[0]
-
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	waited := make(chan error, 1)
-	go func() {
-		l, err := s.Lock(callCtx, key)
-		if err == nil {
-			err = errors.Join(errors.New("granted after giving up"), l.Release(ctx))
-		}
-		waited <- err
-	}()
-	waitFor(t, "waiter queued", func() bool { return s.Waiting(key) == 1 })
-	tx := stallTokens(ctx, t, admin)
-	released := make(chan error, 1)
-	go func() { released <- holder.Release(ctx) }()
-	waitBlocked(ctx, t, tx, pid)
+	m := stallRenew(ctx, callCtx, t, lockstore.Key{Namespace: "handover", ID: "abandon"})
 	cancel()
-	require.ErrorIs(t, awaitErr(t, waited, "the waiter"), context.Canceled)
-	require.NoError(t, tx.Commit(ctx))
-	require.NoError(t, awaitErr(t, released, "the holder's release"), "the renew confirmed the release")
-	require.EqualValues(t, 1, s.Stats().Handovers)
-	freeOn(ctx, t, other, key)
-	require.Equal(t, pid, connPIDs(s)[0], "the connection survived")
+	require.ErrorIs(t, awaitErr(t, m.waited, "the waiter"), context.Canceled)
+	require.NoError(t, m.tx.Commit(ctx))
+	require.NoError(t, awaitErr(t, m.released, "the holder's release"), "the renew confirmed the release")
+	require.EqualValues(t, 1, m.s.Stats().Handovers)
+	freeOn(ctx, t, m.other, m.key)
+	require.Equal(t, m.pid, connPIDs(m.s)[0], "the connection survived")
 }
 
 // twoNodesLongLease is twoNodes with one lock connection on node a and a
@@ -286,39 +305,20 @@ func twoNodesLongLease(t *testing.T) (dsn string, a, b *Store) {
 func TestHandoverConnectionKilledMidRenew(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	dsn, s, other := twoNodesLongLease(t)
-	admin := serialAdmin(t, dsn)
-	key := lockstore.Key{Namespace: "handover", ID: "killed-renew"}
-	holder, err := s.TryLock(ctx, key)
-	require.NoError(t, err)
-	pid := connPIDs(s)[0]
-
-	waited := make(chan error, 1)
-	go func() {
-		l, err := s.Lock(ctx, key)
-		if err == nil {
-			err = errors.Join(errors.New("granted on a dead session"), l.Release(ctx))
-		}
-		waited <- err
-	}()
-	waitFor(t, "waiter queued", func() bool { return s.Waiting(key) == 1 })
-	tx := stallTokens(ctx, t, admin)
-	released := make(chan error, 1)
-	go func() { released <- holder.Release(ctx) }()
-	waitBlocked(ctx, t, tx, pid)
+	m := stallRenew(ctx, ctx, t, lockstore.Key{Namespace: "handover", ID: "killed-renew"})
 	var terminated bool
-	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&terminated))
+	require.NoError(t, m.admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, m.pid).Scan(&terminated))
 	require.True(t, terminated)
-	require.ErrorIs(t, awaitErr(t, released, "the holder's release"), lockstore.ErrLockLost)
-	require.ErrorIs(t, awaitErr(t, waited, "the waiter"), lockstore.ErrUnavailable)
-	require.NoError(t, tx.Commit(ctx))
-	require.Zero(t, s.Stats().Handovers)
-	require.Zero(t, s.handoffs.pending.Load())
-	freeOn(ctx, t, other, key)
-	waitFor(t, "reconnected", func() bool { return allUp(s) })
-	l, err := s.Lock(ctx, key)
+	require.ErrorIs(t, awaitErr(t, m.released, "the holder's release"), lockstore.ErrLockLost)
+	require.ErrorIs(t, awaitErr(t, m.waited, "the waiter"), lockstore.ErrUnavailable)
+	require.NoError(t, m.tx.Commit(ctx))
+	require.Zero(t, m.s.Stats().Handovers)
+	require.Zero(t, m.s.handoffs.pending.Load())
+	freeOn(ctx, t, m.other, m.key)
+	waitFor(t, "reconnected", func() bool { return allUp(m.s) })
+	l, err := m.s.Lock(ctx, m.key)
 	require.NoError(t, err)
-	require.Greater(t, l.Token(), holder.Token())
+	require.Greater(t, l.Token(), m.holder.Token())
 	require.NoError(t, l.Release(ctx))
 }
 
