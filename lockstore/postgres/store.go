@@ -36,6 +36,10 @@ type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
 
+	// lazyDelay is lazyUnlockDelay (tests lengthen it, before the first
+	// ReleaseLater, to see what a lazy unlock waits for).
+	lazyDelay time.Duration
+
 	// namespaces and names are the registered namespaces (a copy of
 	// Config.Namespaces) and their reverse.
 	namespaces map[string]int32
@@ -126,6 +130,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s := &Store{
 		pool:       pool,
 		cfg:        cfg,
+		lazyDelay:  lazyUnlockDelay,
 		namespaces: make(map[string]int32, len(cfg.Namespaces)),
 		names:      make(map[int32]string, len(cfg.Namespaces)),
 	}
