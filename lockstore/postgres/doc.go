@@ -52,6 +52,23 @@
 // Config.Timeout, and a grant that arrives after its caller gave up is
 // unlocked.
 //
+// Two things ride a round trip the connection makes anyway:
+//   - An unlock of ReleaseLater (lockstore.ReleaseLater) waits for another
+//     request of its connection to share the round trip, at most 1ms (and
+//     never past the connection's next ping), then goes alone; one whose key
+//     a claimant of this node waits for goes at once. Until it is confirmed
+//     the key stays held, for this node (the next local claimant gets it
+//     with the confirmation) and for the others; the ReleaseLater's done is
+//     then called with what Release would return. Close sends the unlocks
+//     still waiting, so their locks end released, not lost.
+//   - A probe (TryLockProbe, lockstore.Probe: a claim's lookup as SQL) runs
+//     as a statement of its own pipelined after the batch statement, once
+//     per distinct SQL for all the round trip's requests carrying it, so it
+//     sees every write committed before the lock was granted. It is prepared
+//     on the connection the first time it comes: one that the server
+//     refuses fails its own requests (the locks granted with it are
+//     unlocked), never the connection or the other requests.
+//
 // Fencing tokens come from a sequence (Config.Schema, default "claimbus",
 // with the epoch tables that keep it rising across crash recovery) read in
 // the statement that takes the lock, so they cost no round trip and grow
