@@ -460,7 +460,7 @@ func (c *lockConn) flush() {
 			}
 		}
 		c.mu.Unlock()
-		if err := c.roundTrip(c.s.ctx, batch); err != nil {
+		if err := c.roundTrip(c.s.tripCtx, batch); err != nil {
 			c.fail(err, batch)
 			return
 		}
@@ -845,7 +845,7 @@ func (c *lockConn) shutdown() {
 		c.pending = rest
 		c.mu.Unlock()
 		if len(unlocks) > 0 {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.s.ctx), c.s.cfg.Timeout)
+			ctx, cancel := context.WithTimeout(c.s.tripCtx, c.s.cfg.Timeout)
 			err := c.roundTrip(ctx, unlocks)
 			cancel()
 			if err != nil {

@@ -84,10 +84,14 @@ type Store struct {
 	serial *turnQueue
 
 	// ctx is the store's own context: every round trip on a shared
-	// connection runs under it (never under a caller's), and Close cancels
-	// it.
+	// connection runs under it (never under a caller's), the lock
+	// connections' under tripCtx, and Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// tripCtx is ctx without its cancellation: the lock connections' round
+	// trips run under it and their deadline, so that Close lets the one in
+	// flight finish (its unlocks then end released, not lost).
+	tripCtx context.Context
 
 	// calls are the running Serialize and Exclusive calls, which Close
 	// stops, and Exclusive's lock watcher (calls.go, watch.go).
@@ -150,6 +154,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.tripCtx = context.WithoutCancel(s.ctx)
 	// The first connections are opened here, under ctx, so that New fails
 	// when the database cannot be reached; later ones by their owners.
 	stop := context.AfterFunc(ctx, s.cancel)
