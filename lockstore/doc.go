@@ -41,6 +41,13 @@
 //	stop := lockstore.AfterLost(l, func() { cancel(lockstore.ErrLockLost) })
 //	defer stop()
 //
+// Two capabilities save round trips where a store makes them anyway.
+// ReleaseLater gives a lock up without waiting for the store's answer
+// (its done is told the result), which the PostgreSQL store carries in its
+// next round trip; a store without it (LaterReleaser) releases at once. A
+// Prober (the PostgreSQL store) answers a Probe, a lookup as SQL, in the
+// round trip that takes the key.
+//
 // # Backends
 //
 // The memory store (NewMemory) is in process. The PostgreSQL store

@@ -180,7 +180,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	sh.mu.Unlock()
 
 	lctx, end := observe.StartStepOn(ctx, tr, observe.StepLock, key.Namespace)
-	lk, err := c.lock(lctx, key, settled, wait)
+	lk, err := c.lock(lctx, key, settled, wait, taken)
 	end(err)
 	if err != nil {
 		sh.mu.Lock()
@@ -248,13 +248,15 @@ func (c *Claimer) shardOf(h uint64) *shard {
 }
 
 // lock takes key, waiting with ctx and, when positive, for at most wait; a
-// non-nil settled ends the wait too.
-func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context, wait time.Duration) (lockstore.Lock, error) {
+// non-nil settled ends the wait too. When the key is free at once and
+// taken can be answered in the lock's round trip (a prober on a
+// lockstore.Prober), it is, and taken is told the answer.
+func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context, wait time.Duration, taken lookuper) (lockstore.Lock, error) {
 	if wait > 0 {
 		if settled == nil {
 			// Nobody of this process is ahead, so the key is likely free:
 			// try it before paying for a timer.
-			if lk, err := c.locker.TryLock(ctx, key); !errors.Is(err, lockstore.ErrLocked) {
+			if lk, err := c.tryLock(ctx, key, taken); !errors.Is(err, lockstore.ErrLocked) {
 				return lk, err
 			}
 		}
@@ -271,6 +273,31 @@ func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.C
 	stop()
 	cancel()
 	return lk, err
+}
+
+// prober is a lookuper that a lockstore.Prober can answer in the round
+// trip that takes the key: probe says what to run, when it can, and probed
+// is told the answer, which its next taken then uses.
+type prober interface {
+	probe() (lockstore.Probe, bool)
+	probed(taken bool)
+}
+
+// tryLock is the Locker's TryLock, with taken's probe when it has one and
+// the Locker is a lockstore.Prober.
+func (c *Claimer) tryLock(ctx context.Context, key lockstore.Key, taken lookuper) (lockstore.Lock, error) {
+	if pr, ok := taken.(prober); ok {
+		if lp, ok := c.locker.(lockstore.Prober); ok {
+			if probe, ok := pr.probe(); ok {
+				lk, isTaken, err := lp.TryLockProbe(ctx, key, probe)
+				if err == nil {
+					pr.probed(isTaken)
+				}
+				return lk, err
+			}
+		}
+	}
+	return c.locker.TryLock(ctx, key)
 }
 
 // leave forgets one claimant of key; the entry goes when it was the last.
@@ -350,20 +377,39 @@ func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
 // The holder must have committed its write before calling Release: a
 // re-check that cannot see the write lets the next claimant in.
 func (cl *Claim) Release(ctx context.Context) error {
+	var err error
+	cl.releaseThen(ctx, false, func(e error) { err = e })
+	return err
+}
+
+// releaseThen is Release, calling done with its result. With later, an
+// uncontended release does not wait for the Locker to confirm it (see
+// lockstore.ReleaseLater): done may then be called after releaseThen
+// returns, in the store's goroutine, and must be quick. The claim is
+// forgotten before releaseThen returns either way.
+func (cl *Claim) releaseThen(ctx context.Context, later bool, done func(error)) {
 	if cl == nil {
-		return nil
+		done(nil)
+		return
 	}
 	if !cl.done.CompareAndSwap(false, true) {
 		if cl.lost.Load() {
-			return fmt.Errorf("uniqueness: release %s again: %w", cl.key, lockstore.ErrLockLost)
+			done(fmt.Errorf("uniqueness: release %s again: %w", cl.key, lockstore.ErrLockLost))
+			return
 		}
-		return nil
+		done(nil)
+		return
 	}
 	cl.sh.mu.Lock()
 	if cl.st.waiting == 0 {
 		cl.forget()
 		cl.sh.mu.Unlock()
-		return cl.releaseLock(ctx)
+		if later {
+			lockstore.ReleaseLater(ctx, cl.lock, func(err error) { done(cl.lockErr(err)) })
+			return
+		}
+		done(cl.releaseLock(ctx))
+		return
 	}
 	cl.sh.mu.Unlock()
 	isTaken, err := lookup(ctx, cl.taken)
@@ -371,7 +417,7 @@ func (cl *Claim) Release(ctx context.Context) error {
 		isTaken = false
 		err = fmt.Errorf("uniqueness: re-check of %s on release (the next claimant runs its own lookup): %w", cl.key, err)
 	}
-	return errors.Join(err, cl.release(ctx, isTaken))
+	done(errors.Join(err, cl.release(ctx, isTaken)))
 }
 
 // release forgets the claim, settling the key as taken first when
@@ -399,13 +445,19 @@ func (cl *Claim) forget() {
 
 // releaseLock releases the lock under the claim.
 func (cl *Claim) releaseLock(ctx context.Context) error {
-	if err := cl.lock.Release(ctx); err != nil {
-		if errors.Is(err, lockstore.ErrLockLost) {
-			cl.lost.Store(true)
-		}
-		return fmt.Errorf("uniqueness: release %s: %w", cl.key, err)
+	return cl.lockErr(cl.lock.Release(ctx))
+}
+
+// lockErr is the error of a claim whose lock's release returned err,
+// recording a lost lock.
+func (cl *Claim) lockErr(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(err, lockstore.ErrLockLost) {
+		cl.lost.Store(true)
+	}
+	return fmt.Errorf("uniqueness: release %s: %w", cl.key, err)
 }
 
 // Key is the key this claim holds.

@@ -102,10 +102,23 @@
 // the lock (lockstore.AfterLost; no goroutine or timer per command), and a
 // store that cannot is watched by one goroutine per claim. AfterDispatch and
 // AfterFailure release the claims, with the re-check that fails the waiters
-// fast once the value exists. A release that fails is logged with the
-// command id and the key (Config.Logger), at Error when the claim's lock
-// was lost while the command ran (lockstore.ErrLockLost), and passed to
-// Config.OnReleaseError.
+// fast once the value exists. An uncontended release does not wait for
+// the lock store to confirm it (lockstore.ReleaseLater): the PostgreSQL
+// store carries the unlock in its next round trip, within a millisecond,
+// and the key stays held until then. A release that fails is logged with
+// the command id and the key (Config.Logger), at Error when the claim's
+// lock was lost while the command ran (lockstore.ErrLockLost), and passed
+// to Config.OnReleaseError, possibly after the command has returned.
+//
+// # Round trips
+//
+// On the PostgreSQL store an uncontended claim with Probe costs one round
+// trip for the lock and the lookup together, and its release rides the
+// next round trip of the lock connection: with the handler's insert, two
+// round trips per command where a bare insert costs one. Without Probe the
+// lookup is a round trip of its own (Batched shares it among concurrent
+// claims). A claim that waits for its key, and the re-check of a contended
+// release, run the rule's LookupFunc.
 //
 // # Rules that cannot miss
 //

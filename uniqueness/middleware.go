@@ -63,6 +63,24 @@ type group struct {
 	phase phase
 }
 
+// probe returns the lookup of a group of one value whose rule has a Probe,
+// while claiming, for the lock store to run in the lock's round trip.
+func (g *group) probe() (lockstore.Probe, bool) {
+	if len(g.targets) != 1 || g.phase != claiming {
+		return lockstore.Probe{}, false
+	}
+	t := &g.targets[0]
+	if t.rule.probe == "" || t.confirmed {
+		return lockstore.Probe{}, false
+	}
+	return lockstore.Probe{SQL: t.rule.probe, Value: t.key.ID}, true
+}
+
+// probed records the answer of the group's probe (see probe).
+func (g *group) probed(taken bool) {
+	g.targets[0].probed, g.targets[0].probeTaken = true, taken
+}
+
 // taken reports whether a value of the group is taken, stopping at the
 // first. While claiming, a value is taken when its lookup finds it or,
 // for a rule that reserves, when another holds its reservation; a free
@@ -76,9 +94,15 @@ func (g *group) taken(ctx context.Context) (bool, error) {
 			g.hit = t.rule
 			return true, nil
 		}
-		lctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepLookup, t.rule.field)
-		taken, err := t.rule.taken(lctx, t.key.ID)
-		end(err)
+		var taken bool
+		var err error
+		if t.probed {
+			taken, t.probed = t.probeTaken, false
+		} else {
+			lctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepLookup, t.rule.field)
+			taken, err = t.rule.taken(lctx, t.key.ID)
+			end(err)
+		}
 		if err != nil {
 			g.hit = t.rule
 			if g.phase == claiming {
@@ -138,7 +162,10 @@ type Config struct {
 	// Default slog.Default().
 	Logger *slog.Logger
 	// OnReleaseError, when set, is also told about each release that
-	// reported an error, after it is logged. Default nil: logged only.
+	// reported an error, after it is logged. Default nil: logged only. A
+	// release the store confirms later (lockstore.ReleaseLater) reports
+	// from the store's goroutine, possibly after the command returned: it
+	// must be quick and not block.
 	OnReleaseError ReleaseErrorFunc
 }
 
@@ -233,6 +260,9 @@ type target struct {
 	// (a redelivery), which is never cancelled: the earlier run may have
 	// written the value.
 	reserved, confirmed, inherited bool
+	// probed is set when the lock's round trip answered the lookup (see
+	// Probe), and probeTaken is its answer, used by the next taken.
+	probed, probeTaken bool
 }
 
 // BeforeDispatch claims every unique field of the command, all or nothing,
@@ -434,9 +464,15 @@ func (m *Middleware) releaseAll(ctx context.Context, commandID string, claims []
 		defer cancel()
 	}
 	for i := len(claims) - 1; i >= 0; i-- {
-		if err := claims[i].Release(ctx); err != nil {
-			m.releaseFailed(ctx, commandID, claims[i].Key(), err)
-		}
+		cl := claims[i]
+		// A command that ends normally does not wait for its store to
+		// confirm an uncontended release (lockstore.ReleaseLater): the
+		// PostgreSQL store then carries the unlock in its next round trip.
+		cl.releaseThen(ctx, !detach, func(err error) {
+			if err != nil {
+				m.releaseFailed(ctx, commandID, cl.Key(), err)
+			}
+		})
 	}
 }
 

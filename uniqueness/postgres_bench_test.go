@@ -146,7 +146,7 @@ func BenchmarkPostgresStorm(b *testing.B) {
 func BenchmarkPostgresStormSenders(b *testing.B) {
 	ctx := context.Background()
 	pool, table, email := newStormTable(b)
-	rule := emailRuleWith(table, uniqueness.Batched(table.takenBatch))
+	rule := emailRuleWith(table, uniqueness.Batched(table.takenBatch), uniqueness.Probe(staffTakenSQL))
 	for _, senders := range []int{1, 8, 64, 256} {
 		b.Run("senders="+strconv.Itoa(senders)+"/impl=floor", func(b *testing.B) {
 			sendFrom(b, senders, func() error { return floorInsert(ctx, pool, email()) })

@@ -44,9 +44,13 @@ func (s *pgTable) taken(ctx context.Context, email string) (bool, error) {
 	return ok, err
 }
 
+// staffTakenSQL finds which of the emails $1 are taken: takenBatch's query,
+// and the rules' uniqueness.Probe.
+const staffTakenSQL = "SELECT email FROM staff WHERE email = ANY($1)"
+
 // takenBatch is the batch lookup: one query for many emails.
 func (s *pgTable) takenBatch(ctx context.Context, emails []string) ([]bool, error) {
-	rows, err := s.pool.Query(ctx, "SELECT email FROM staff WHERE email = ANY($1)", emails)
+	rows, err := s.pool.Query(ctx, staffTakenSQL, emails)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,9 @@ type Rule struct {
 	match     func(cmd any) (value string, ok bool)
 	normalize NormalizeFunc
 	taken     LookupFunc
+	// probe, when set, is the lookup as SQL for a lockstore.Prober to run
+	// in the round trip that takes the key (see Probe).
+	probe     string
 	done      func(ctx context.Context, cmd any, value string) (bool, error)
 	writeBack func(cmd any, value string)
 	// reserve, when set, keeps a durable reservation of each value the
@@ -54,8 +57,8 @@ type Rule struct {
 	err     error
 }
 
-// Option adds to a Rule made by Field: Normalize, AlreadyDone, WriteBack
-// or Reserve.
+// Option adds to a Rule made by Field: Normalize, AlreadyDone, WriteBack,
+// Reserve or Probe.
 type Option struct {
 	normalize     NormalizeFunc
 	done          func(ctx context.Context, cmd any, value string) (bool, error)
@@ -63,11 +66,29 @@ type Option struct {
 	writeBack     func(cmd any, value string)
 	writeBackType reflect.Type
 	reserve       *reserveOption
+	probe         *string
 }
 
 // Normalize makes a rule claim and look up f(value) instead of the value
 // as the command carries it. Without it the value is used as it is.
 func Normalize(f NormalizeFunc) Option { return Option{normalize: f} }
+
+// Probe gives a rule's lookup as SQL, for a Locker that can run it in the
+// round trip that takes the key (a lockstore.Prober: the PostgreSQL store),
+// so that an uncontended claim costs one round trip for the lock and its
+// lookup together instead of two. sql has one parameter, $1, an array of
+// text values, and returns the values that are taken, one per row (see
+// lockstore.Probe):
+//
+//	uniqueness.Probe("SELECT email FROM staff WHERE email = ANY($1)")
+//
+// It must answer exactly as the rule's LookupFunc does, on the database
+// the lock store is on, and be an index lookup: it runs on a lock
+// connection that other keys share. The LookupFunc is still used where
+// the probe is not: a claim that waits for the key, the re-check of a
+// release with claimants waiting, a Locker that is not a Prober, a command
+// whose values share one lock.
+func Probe(sql string) Option { return Option{probe: &sql} }
 
 // AlreadyDone makes a rule recognise a redelivered command whose work
 // already committed: when the value is taken and f reports true, the
@@ -145,6 +166,10 @@ func Field[C any](names Names, value func(C) string, taken LookupFunc, opts ...O
 		switch {
 		case o.reserve != nil:
 			errs = append(errs, o.reserve.apply(&r)...)
+		case o.probe != nil && *o.probe == "":
+			errs = append(errs, errors.New("empty Probe SQL"))
+		case o.probe != nil:
+			r.probe = *o.probe
 		case o.normalize != nil:
 			r.normalize = o.normalize
 		case o.doneType != nil && o.doneType != r.cmdType:

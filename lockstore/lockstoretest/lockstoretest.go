@@ -22,10 +22,11 @@ type NewStoreFunc func(t *testing.T) lockstore.Store
 // Run runs the conformance suite on stores made by newStore: mutual
 // exclusion, ErrLocked, FIFO waiters, cancelled waiters, contexts, release
 // (nil for a lock held to the end, ErrLockLost for one the store ended),
-// fencing tokens, Held, Close, key validation, and lockstore.AfterLost
-// (a lost lock calls f once, a released one never, stop before the loss
-// stops it, f may call the store). Each subtest calls t.Parallel and takes
-// its own store.
+// fencing tokens, Held, Close, key validation, lockstore.AfterLost (a lost
+// lock calls f once, a released one never, stop before the loss stops it,
+// f may call the store) and lockstore.ReleaseLater (done is called once,
+// with Release's result, and the key is free after it). Each subtest calls
+// t.Parallel and takes its own store.
 func Run(t *testing.T, newStore NewStoreFunc) {
 	t.Helper()
 	tests := []struct {
@@ -51,6 +52,7 @@ func Run(t *testing.T, newStore NewStoreFunc) {
 		{"MutualExclusion", testMutualExclusion},
 	}
 	tests = append(tests, afterLostTests...)
+	tests = append(tests, releaseLaterTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -52,6 +52,23 @@
 // Config.Timeout, and a grant that arrives after its caller gave up is
 // unlocked.
 //
+// Two things ride a round trip the connection makes anyway:
+//   - An unlock of ReleaseLater (lockstore.ReleaseLater) waits for another
+//     request of its connection to share the round trip, at most 1ms (and
+//     never past the connection's next ping), then goes alone; one whose key
+//     a claimant of this node waits for goes at once. Until it is confirmed
+//     the key stays held, for this node (the next local claimant gets it
+//     with the confirmation) and for the others; the ReleaseLater's done is
+//     then called with what Release would return. Close sends the unlocks
+//     still waiting, so their locks end released, not lost.
+//   - A probe (TryLockProbe, lockstore.Probe: a claim's lookup as SQL) runs
+//     as a statement of its own pipelined after the batch statement, once
+//     per distinct SQL for all the round trip's requests carrying it, so it
+//     sees every write committed before the lock was granted. It is prepared
+//     on the connection the first time it comes: one that the server
+//     refuses fails its own requests (the locks granted with it are
+//     unlocked), never the connection or the other requests.
+//
 // Fencing tokens come from a sequence (Config.Schema, default "claimbus",
 // with the epoch tables that keep it rising across crash recovery) read in
 // the statement that takes the lock, so they cost no round trip and grow
@@ -59,8 +76,8 @@
 //
 // # A hot key handed over in place
 //
-// When a holder's Release finds a waiter of the same lock id queued on
-// this node, the store does not unlock on the server: the session keeps
+// When a holder's Release (or ReleaseLater) finds a waiter of the same
+// lock id queued on this node, the store does not unlock on the server: the session keeps
 // the advisory lock, and the first waiter takes it over with a renew, one
 // round trip that draws the waiter's token from the sequence on the
 // session that still holds the lock (checking it is the connection's
@@ -85,7 +102,8 @@
 // server leaves the holder's release confirmed, and its own grant is
 // unlocked. When the lock connection fails, or the store closes, before
 // the renew is confirmed, the holder's Release fails with an error
-// matching lockstore.ErrLockLost (as an unlock would), the waiter fails
+// matching lockstore.ErrLockLost (as an unlock would; Close does not send
+// a release waiting in place as it sends queued unlocks), the waiter fails
 // with lockstore.ErrUnavailable (or lockstore.ErrClosed) or, once its turn
 // comes after the reconnect, gets a fresh grant, and the server has freed
 // the key with the session. Stats.Handovers counts the grants handed over.

@@ -117,7 +117,7 @@ func (s *Store) unlockHandedOver(r *request) {
 // connection went away before anything confirmed the lock held.
 func (s *Store) failHandover(r *request, err error) {
 	r.err = fmt.Errorf("postgres: release %s: %w: %w", r.lock.key, lockstore.ErrLockLost, err)
-	close(r.done)
+	r.finish()
 }
 
 // handedOff applies a confirmed renew to prev, the unlock request of the
@@ -133,5 +133,5 @@ func (c *lockConn) handedOff(prev *request) {
 	c.mu.Unlock()
 	l.state.Store(lockReleased)
 	c.unload()
-	close(prev.done)
+	prev.finish()
 }

@@ -47,6 +47,9 @@ type lockConn struct {
 	confirmed time.Time
 
 	wake chan struct{} // capacity 1: requests are pending
+	// company waits for an eager request to join lazy unlocks (see flush);
+	// used by the owner only, created on first use.
+	company *time.Timer
 
 	// roundTrips and requests count the batches sent and the requests they
 	// carried (for benchmarks: requests per round trip).
@@ -67,7 +70,10 @@ type lockConn struct {
 	// watchCancel interrupts the owner's read of the idle connection.
 	watchCancel context.CancelFunc
 	pending     []*request
-	held        map[LockID]*pgLock
+	// eager counts the requests of pending that are not lazy unlocks: while
+	// it is 0, lazy unlocks wait for company (see flush).
+	eager int
+	held  map[LockID]*pgLock
 }
 
 type requestKind uint8
@@ -101,9 +107,39 @@ type request struct {
 	state atomic.Int32  // lock and renew requests: pending, completed, abandoned
 	done  chan struct{} // closed when the result is set
 
+	// probe, for a lock request of TryLockProbe, is run in the round trip
+	// that grants it (see roundTrip).
+	probe *lockstore.Probe
+	// later, for an unlock of ReleaseLater, is called with its result once
+	// done is closed. lazy is set for such an unlock when nobody on this
+	// node waits for the key: it waits up to lazyUnlockDelay for an eager
+	// request (any other) to share its round trip (see flush).
+	later  func(error)
+	lazy   bool
+	queued time.Time // when a lazy unlock was submitted
+
 	// Results, set before done is closed.
 	result *pgLock // lock requests: the grant, nil when the key is taken
-	err    error
+	taken  bool    // lock requests with a probe: the probe found the value
+	// turnPassed: the owner passes the turn of a lock request that failed
+	// after its grant (a failed probe), once its unlock is confirmed.
+	turnPassed bool
+	err        error
+}
+
+// lazyUnlockDelay is how long an unlock of ReleaseLater waits for a lock
+// request to carry it (see flush): long enough for the next claim of a
+// sender that gets its answer and sends again at once, short against the
+// 1ms and longer polls of another node waiting for the key.
+const lazyUnlockDelay = time.Millisecond
+
+// finish closes done, then tells a ReleaseLater caller. It is called once
+// the result is set, outside c.mu.
+func (r *request) finish() {
+	close(r.done)
+	if r.later != nil {
+		r.later(r.err)
+	}
 }
 
 func newLockConn(s *Store, index int, base bool) *lockConn {
@@ -157,8 +193,24 @@ func (c *lockConn) submit(r *request) error {
 		// ordinary one being released again (drop passes its turn).
 		r.lock.handedOver = false
 	}
+	if r.lazy {
+		r.queued = time.Now()
+	}
+	c.queueLocked(r)
+	c.mu.Unlock()
+	return nil
+}
+
+// queueLocked adds r to the pending requests and wakes the owner when r is
+// the first, or the first eager one, to come. c.mu is held.
+func (c *lockConn) queueLocked(r *request) {
 	c.pending = append(c.pending, r)
-	if len(c.pending) == 1 {
+	wake := len(c.pending) == 1
+	if !r.lazy {
+		c.eager++
+		wake = wake || c.eager == 1
+	}
+	if wake {
 		select {
 		case c.wake <- struct{}{}:
 		default:
@@ -168,8 +220,6 @@ func (c *lockConn) submit(r *request) error {
 			c.watchCancel = nil
 		}
 	}
-	c.mu.Unlock()
-	return nil
 }
 
 // unload takes one lock or lock request off the connection's load, and off
@@ -398,16 +448,55 @@ func (c *lockConn) flush() {
 			c.mu.Unlock()
 			return
 		}
+		if c.eager == 0 && n < c.s.cfg.MaxBatch {
+			// Only lazy unlocks: they wait for a request that needs its
+			// answer, up to lazyUnlockDelay after the first of them, and
+			// no later than the connection's next ping would be (the owner
+			// does not watch the connection meanwhile).
+			wait := min(c.s.lazyDelay-time.Since(c.pending[0].queued), time.Until(c.confirmed.Add(c.s.cfg.KeepAlive)))
+			if wait > 0 {
+				c.mu.Unlock()
+				if !c.waitCompany(wait) {
+					return
+				}
+				continue
+			}
+		}
 		batch := make([]*request, n)
 		copy(batch, c.pending)
 		rest := copy(c.pending, c.pending[n:])
 		clear(c.pending[rest:])
 		c.pending = c.pending[:rest]
+		for _, r := range batch {
+			if !r.lazy {
+				c.eager--
+			}
+		}
 		c.mu.Unlock()
-		if err := c.roundTrip(batch); err != nil {
+		if err := c.roundTrip(c.s.tripCtx, batch); err != nil {
 			c.fail(err, batch)
 			return
 		}
+	}
+}
+
+// waitCompany waits up to wait for an eager request (submit wakes the
+// owner when the first one comes). It returns false when the store closes.
+func (c *lockConn) waitCompany(wait time.Duration) bool {
+	if c.company == nil {
+		c.company = time.NewTimer(wait)
+	} else {
+		c.company.Reset(wait)
+	}
+	select {
+	case <-c.wake:
+		c.company.Stop()
+		return true
+	case <-c.company.C:
+		return true
+	case <-c.s.ctx.Done():
+		c.company.Stop()
+		return false
 	}
 }
 
@@ -415,11 +504,12 @@ func (c *lockConn) flush() {
 // memory", for a lock its lock table has no room for.
 const sqlstateOutOfSharedMemory = "53200"
 
-// roundTrip runs one batch in one statement, so one round trip without
-// pipelining, and applies the results once every result has been read. A
-// batch the server could not run for lack of lock-table room is settled by
-// settleCapacity instead.
-func (c *lockConn) roundTrip(batch []*request) error {
+// roundTrip runs one batch in one statement (with the probes of its lock
+// requests pipelined after it, see queryProbing), so one round trip, under
+// base and the lease deadline, and applies the results once every result
+// has been read. A batch the server could not run for lack of lock-table
+// room is settled by settleCapacity instead.
+func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 	n := len(batch)
 	ops := make([]int16, n)
 	ns := make([]int32, n)
@@ -443,9 +533,16 @@ func (c *lockConn) roundTrip(batch []*request) error {
 		c.mu.Unlock()
 	}
 	sent := time.Now()
-	ctx, cancel := context.WithDeadline(c.s.ctx, c.deadline(sent))
+	ctx, cancel := context.WithDeadline(base, c.deadline(sent))
 	defer cancel()
-	results, err := c.query(ctx, c.s.batchSQL, n, ops, ns, ids, pid)
+	probes := probesOf(batch)
+	var results []int64
+	var err error
+	if probes == nil {
+		results, err = c.query(ctx, c.s.batchSQL, n, ops, ns, ids, pid)
+	} else {
+		results, err = c.queryProbing(ctx, n, probes, ops, ns, ids, pid)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateOutOfSharedMemory {
 		return c.settleCapacity(ctx, batch, ns, ids, pgErr)
@@ -471,12 +568,19 @@ func (c *lockConn) roundTrip(batch []*request) error {
 	}
 	now := time.Now()
 	for i, r := range batch {
-		switch r.kind {
-		case unlockRequest:
-			c.released(r)
-		case renewRequest:
+		if r.kind == renewRequest {
 			c.handedOff(r.prev)
 			c.s.stats.handovers.Add(1)
+		}
+		switch {
+		case r.kind == unlockRequest:
+			c.released(r)
+		case r.probe != nil && results[i] != 0:
+			p := probes[r.probe.SQL]
+			r.taken = p.taken[r.probe.Value]
+			if p.err != nil {
+				r.err = p.err
+			}
 			c.granted(r, results[i], now)
 		default:
 			c.granted(r, results[i], now)
@@ -485,16 +589,138 @@ func (c *lockConn) roundTrip(batch []*request) error {
 	return nil
 }
 
+// probeRun is one probe query of a round trip: the values it asks about
+// and, once run, those it found taken, or its error.
+type probeRun struct {
+	values []string
+	taken  map[string]bool
+	err    error
+}
+
+// probesOf groups the probes of batch's lock requests by their SQL, or
+// returns nil when none has one.
+func probesOf(batch []*request) map[string]*probeRun {
+	var probes map[string]*probeRun
+	for _, r := range batch {
+		if r.probe == nil {
+			continue
+		}
+		if probes == nil {
+			probes = make(map[string]*probeRun, 1)
+		}
+		p := probes[r.probe.SQL]
+		if p == nil {
+			p = &probeRun{}
+			probes[r.probe.SQL] = p
+		}
+		p.values = append(p.values, r.probe.Value)
+	}
+	return probes
+}
+
+// queryProbing is query of the batch statement with the probes pipelined
+// after it, in the same round trip: each probe is a statement of its own,
+// so its snapshot is taken after the batch statement took its locks. A
+// probe that fails on the server (a *pgconn.PgError: a missing table, a
+// type mismatch) fails its requests, not the connection; any other error
+// fails the round trip.
+func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[string]*probeRun, args ...any) ([]int64, error) {
+	var b pgx.Batch
+	b.Queue(c.s.batchSQL, args...)
+	order := make([]*probeRun, 0, len(probes))
+	for sql, p := range probes {
+		if err := c.prepareProbe(ctx, sql); err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) {
+				return nil, err
+			}
+			p.err = fmt.Errorf("postgres: probe: %w", err)
+			continue
+		}
+		b.Queue(sql, p.values)
+		order = append(order, p)
+	}
+	if len(order) == 0 {
+		return c.query(ctx, c.s.batchSQL, n, args...)
+	}
+	br := c.conn.SendBatch(ctx, &b)
+	rows, err := br.Query()
+	var results []int64
+	if err == nil {
+		results, err = scanResults(rows, n)
+	}
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	for _, p := range order {
+		p.taken, p.err = scanProbe(br)
+		var pgErr *pgconn.PgError
+		if p.err != nil && !errors.As(p.err, &pgErr) {
+			_ = br.Close()
+			return nil, p.err
+		}
+		if p.err != nil {
+			p.err = fmt.Errorf("postgres: probe: %w", p.err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// prepareProbe prepares sql on the connection, under its own text as its
+// name, the first time a round trip carries it (pgx then uses the prepared
+// statement): a probe the server refuses (a missing table) fails here, on
+// its own, not in the pipeline with the batch statement, which pgx would
+// not send. With the simple protocol nothing is prepared.
+func (c *lockConn) prepareProbe(ctx context.Context, sql string) error {
+	if c.conn.Config().DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
+		return nil
+	}
+	_, err := c.conn.Prepare(ctx, sql, sql)
+	return err
+}
+
+// scanProbe reads the rows of one probe: the values it found taken.
+func scanProbe(br pgx.BatchResults) (map[string]bool, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	taken := make(map[string]bool)
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		taken[v] = true
+	}
+	rows.Close()
+	return taken, rows.Err()
+}
+
 // query runs sql, whose rows are (request number from 1, value), and
 // returns the values of requests 1 to n, failing unless each came exactly
 // once.
 func (c *lockConn) query(ctx context.Context, sql string, n int, args ...any) ([]int64, error) {
-	results := make([]int64, n)
-	seen := make([]bool, n)
 	rows, err := c.conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
+	return scanResults(rows, n)
+}
+
+// scanResults reads rows of (request number from 1, value) and returns the
+// values of requests 1 to n, failing unless each came exactly once.
+func scanResults(rows pgx.Rows, n int) ([]int64, error) {
+	results := make([]int64, n)
+	seen := make([]bool, n)
 	for rows.Next() {
 		var i, v int64
 		if err := rows.Scan(&i, &v); err != nil {
@@ -595,7 +821,7 @@ func (c *lockConn) released(r *request) {
 	l.state.Store(lockReleased)
 	c.unload()
 	c.s.queue.pass(l.id)
-	close(r.done)
+	r.finish()
 }
 
 // granted applies the result of a try-lock: token 0 means not granted.
@@ -617,16 +843,21 @@ func (c *lockConn) granted(r *request, token int64, now time.Time) {
 	l.gen = c.gen
 	c.held[r.id] = l
 	c.mu.Unlock()
-	if r.state.CompareAndSwap(requestPending, requestCompleted) {
+	if r.err == nil && r.state.CompareAndSwap(requestPending, requestCompleted) {
 		r.result = l
 		close(r.done)
 		return
 	}
-	// Its caller gave up while the grant was on its way: unlock it (its turn
-	// passes on once the unlock is confirmed).
+	if r.err != nil && r.state.CompareAndSwap(requestPending, requestCompleted) {
+		// Its probe failed: the caller gets the error, not the lock.
+		r.turnPassed = true
+		close(r.done)
+	}
+	// Its caller gave up while the grant was on its way, or its probe
+	// failed: unlock it (its turn passes on once the unlock is confirmed).
 	l.state.Store(lockReleasing)
 	c.mu.Lock()
-	c.pending = append(c.pending, &request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})})
+	c.queueLocked(&request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})})
 	c.mu.Unlock()
 }
 
@@ -636,8 +867,38 @@ func (c *lockConn) fail(err error, inflight []*request) {
 	c.drop(fmt.Errorf("lock connection %d: %w", c.index, err), inflight, false)
 }
 
-// shutdown is fail for Close: requests fail with lockstore.ErrClosed.
+// shutdown is fail for Close: requests fail with lockstore.ErrClosed. The
+// unlocks pending (a ReleaseLater waiting for company, a Release racing
+// Close) are sent first, within Config.Timeout, so that a lock released
+// before Close is reported released, not lost.
 func (c *lockConn) shutdown() {
+	if c.conn != nil {
+		c.mu.Lock()
+		var unlocks []*request
+		rest := c.pending[:0]
+		for _, r := range c.pending {
+			if r.kind == unlockRequest {
+				unlocks = append(unlocks, r)
+				if !r.lazy {
+					c.eager--
+				}
+			} else {
+				rest = append(rest, r)
+			}
+		}
+		clear(c.pending[len(rest):])
+		c.pending = rest
+		c.mu.Unlock()
+		if len(unlocks) > 0 {
+			ctx, cancel := context.WithTimeout(c.s.tripCtx, c.s.cfg.Timeout)
+			err := c.roundTrip(ctx, unlocks)
+			cancel()
+			if err != nil {
+				c.drop(lockstore.ErrClosed, unlocks, true)
+				return
+			}
+		}
+	}
 	c.drop(lockstore.ErrClosed, nil, true)
 }
 
@@ -683,7 +944,7 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 		lostErr = fmt.Errorf("%w: %w", lockstore.ErrLockLost, lockstore.ErrClosed)
 	}
 	pending := c.pending
-	c.pending = nil
+	c.pending, c.eager = nil, 0
 	// The server freed every lock of the closed session. They end under
 	// c.mu, so that a Release that finds the connection down (submit fails)
 	// knows its lock has already ended and its turn passed on.
@@ -716,7 +977,7 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	}
 	for _, r := range handedOver {
 		r.err = fmt.Errorf("postgres: release %s: %w", r.lock.key, lostErr)
-		close(r.done)
+		r.finish()
 	}
 
 	for _, rs := range [][]*request{inflight, pending} {
@@ -724,14 +985,14 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 			if r.kind == renewRequest {
 				// The lock handed over was among held.
 				r.prev.err = fmt.Errorf("postgres: release %s: %w", r.prev.lock.key, lostErr)
-				close(r.prev.done)
+				r.prev.finish()
 			}
 			switch {
 			case r.kind == unlockRequest:
 				// Its lock was among held: it ended with the session, but
 				// nothing confirmed it was held up to the unlock.
 				r.err = fmt.Errorf("postgres: release %s: %w", r.lock.key, lostErr)
-				close(r.done)
+				r.finish()
 			case r.state.CompareAndSwap(requestPending, requestCompleted):
 				c.unload()
 				r.err = reqErr

@@ -50,9 +50,11 @@ type pgLock struct {
 }
 
 var (
-	_ lockstore.Lock         = (*pgLock)(nil)
-	_ lockstore.LostNotifier = (*pgLock)(nil)
-	_ afterlost.Watcher      = (*pgLock)(nil)
+	_ lockstore.Lock          = (*pgLock)(nil)
+	_ lockstore.LostNotifier  = (*pgLock)(nil)
+	_ lockstore.LaterReleaser = (*pgLock)(nil)
+	_ lockstore.Prober        = (*Store)(nil)
+	_ afterlost.Watcher       = (*pgLock)(nil)
 )
 
 // Key is the key this lock holds.
@@ -113,30 +115,63 @@ func (l *pgLock) WatchLost(n *afterlost.Node) {
 // key meanwhile. Release is idempotent: after a nil, later calls return
 // nil; a lost lock's Release returns the error each time.
 func (l *pgLock) Release(context.Context) error {
+	r, err := l.startRelease(nil)
+	if r == nil {
+		return err
+	}
+	<-r.done
+	return r.err
+}
+
+// ReleaseLater is Release without the wait (see lockstore.ReleaseLater):
+// the unlock waits up to lazyUnlockDelay (1ms) for a lock request of the
+// same connection to share its round trip, then goes on its own. done is
+// called with Release's result in the lock connection's goroutine, or at
+// once when the release fails before it is queued. A ReleaseLater on a lock
+// whose key claimants of this node wait for is not delayed: it is handed
+// over in place to the first of them, as Release would (see the package
+// doc), or sent at once past the bound of handovers in a row.
+func (l *pgLock) ReleaseLater(done func(error)) {
+	if done == nil {
+		done = func(error) {}
+	}
+	if r, err := l.startRelease(done); r == nil {
+		done(err)
+	}
+}
+
+// startRelease starts the release of l, or returns no request and the
+// result when there is nothing to wait for: l was released before (nil) or
+// lost (an error matching lockstore.ErrLockLost), or its connection is gone.
+// A non-nil later makes the unlock lazy while nobody on this node waits for
+// the key.
+func (l *pgLock) startRelease(later func(error)) (*request, error) {
 	if !l.state.CompareAndSwap(lockHeld, lockReleasing) {
 		if l.state.Load() == lockLost {
-			return fmt.Errorf("postgres: release %s: %w", l.key, l.lostErr)
+			return nil, fmt.Errorf("postgres: release %s: %w", l.key, l.lostErr)
 		}
-		return nil
+		return nil, nil
 	}
 	r := &request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})}
+	r.later = later
 	if s := l.c.s; l.handovers < maxHandovers && s.queue.q.Waiters() > 0 && s.queue.waiting(l.id) > 0 && l.c.handOver(r) {
 		// The next waiter of the lock id on this node takes the lock over in
 		// place: its renew confirms this release (see handoffs).
 		s.queue.pass(l.id)
-		<-r.done
-		return r.err
+		return r, nil
 	}
+	// A waiter's turn comes with the unlock's answer: its unlock goes at
+	// once.
+	r.lazy = later != nil && l.c.s.queue.waiting(l.id) == 0
 	if err := l.c.submit(r); err != nil {
 		// Every error of submit means the connection the lock lived on is
 		// gone (ErrClosed, errStaleLock, errRetired) or down
 		// (ErrUnavailable): the server frees the lock with that session,
 		// and the owner goroutine ends it. Nothing confirmed that it was
 		// held up to now.
-		return fmt.Errorf("postgres: release %s: %w: %w", l.key, lockstore.ErrLockLost, err)
+		return nil, fmt.Errorf("postgres: release %s: %w: %w", l.key, lockstore.ErrLockLost, err)
 	}
-	<-r.done
-	return r.err
+	return r, nil
 }
 
 // end ends a lock whose connection has closed (the server freed it with the
@@ -180,22 +215,45 @@ func (s *Store) connFor(id LockID) *lockConn {
 // matching lockstore.ErrUnavailable while key's lock connection is being
 // replaced.
 func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	l, _, err := s.tryLock(ctx, key, nil)
+	return l, err
+}
+
+// TryLockProbe is TryLock that also runs probe in the round trip that
+// takes the key (see lockstore.Prober): probe.SQL is pipelined after the
+// batch statement, on the lock connection, once for every request of that
+// round trip with the same SQL. When the probe fails on the server, the
+// key is unlocked and TryLockProbe returns an error (not matching
+// lockstore.ErrLocked or lockstore.ErrUnavailable) naming the server's
+// error.
+func (s *Store) TryLockProbe(ctx context.Context, key lockstore.Key, probe lockstore.Probe) (lockstore.Lock, bool, error) {
+	if probe.SQL == "" {
+		return nil, false, fmt.Errorf("postgres: probe of %s: %w", key, errEmptyProbe)
+	}
+	return s.tryLock(ctx, key, &probe)
+}
+
+var errEmptyProbe = errors.New("the probe's SQL is empty")
+
+// tryLock is TryLock with probe, when not nil, run in the round trip that
+// takes the key.
+func (s *Store) tryLock(ctx context.Context, key lockstore.Key, probe *lockstore.Probe) (lockstore.Lock, bool, error) {
 	id, err := s.begin(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !s.queue.tryTake(id) {
-		return nil, fmt.Errorf("%w: %s (held or being taken on this node)", lockstore.ErrLocked, key)
+		return nil, false, fmt.Errorf("%w: %s (held or being taken on this node)", lockstore.ErrLocked, key)
 	}
-	l, err := s.attempt(ctx, key, id)
+	l, taken, err := s.attemptProbe(ctx, key, id, probe)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if l == nil {
 		s.queue.pass(id)
-		return nil, fmt.Errorf("%w: %s", lockstore.ErrLocked, key)
+		return nil, false, fmt.Errorf("%w: %s", lockstore.ErrLocked, key)
 	}
-	return l, nil
+	return l, taken, nil
 }
 
 // Lock waits until key is free or ctx ends. Claimants on this node are
@@ -265,11 +323,18 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (LockID, error) {
 // It fails with lockstore.ErrCapacity when the store holds Config.MaxHeld
 // locks.
 func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgLock, error) {
+	l, _, err := s.attemptProbe(ctx, key, id, nil)
+	return l, err
+}
+
+// attemptProbe is attempt with probe, when not nil, run in the round trip
+// that grants the lock; it reports what the probe found.
+func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, probe *lockstore.Probe) (*pgLock, bool, error) {
 	if prev := s.handoffs.claim(id, nil); prev != nil {
 		// The previous holder handed the lock over in place: the grant
 		// takes its place (so MaxHeld is not checked).
 		s.held.Add(1)
-		r := &request{kind: renewRequest, id: id, key: key, prev: prev, done: make(chan struct{})}
+		r := &request{kind: renewRequest, id: id, key: key, prev: prev, probe: probe, done: make(chan struct{})}
 		err := prev.lock.c.submit(r)
 		if err == nil {
 			return s.await(ctx, r)
@@ -284,9 +349,9 @@ func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgL
 		s.held.Add(-1)
 		s.stats.capacity.Add(1)
 		s.queue.pass(id)
-		return nil, fmt.Errorf("postgres: lock %s: the store holds %d locks (Config.MaxHeld): %w", key, s.maxHeld, lockstore.ErrCapacity)
+		return nil, false, fmt.Errorf("postgres: lock %s: the store holds %d locks (Config.MaxHeld): %w", key, s.maxHeld, lockstore.ErrCapacity)
 	}
-	r := &request{kind: lockRequest, id: id, key: key, done: make(chan struct{})}
+	r := &request{kind: lockRequest, id: id, key: key, probe: probe, done: make(chan struct{})}
 	for {
 		err := s.connFor(id).submit(r)
 		if err == nil {
@@ -300,26 +365,29 @@ func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgL
 		}
 		s.held.Add(-1)
 		s.queue.pass(id)
-		return nil, err
+		return nil, false, err
 	}
 	return s.await(ctx, r)
 }
 
-// await waits for the result of r, a lock or renew request of attempt.
-func (s *Store) await(ctx context.Context, r *request) (*pgLock, error) {
+// await waits for the result of r, a lock or renew request of
+// attemptProbe, and reports what its probe found.
+func (s *Store) await(ctx context.Context, r *request) (*pgLock, bool, error) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(requestPending, requestAbandoned) {
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		<-r.done // the result is being delivered: it came first
 	}
 	if r.err != nil {
-		s.queue.pass(r.id)
-		return nil, r.err
+		if !r.turnPassed {
+			s.queue.pass(r.id)
+		}
+		return nil, false, r.err
 	}
-	return r.result, nil
+	return r.result, r.taken, nil
 }
 
 // Waiting returns how many claimants on this node wait in key's queue

@@ -36,6 +36,10 @@ type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
 
+	// lazyDelay is lazyUnlockDelay (tests lengthen it, before the first
+	// ReleaseLater, to see what a lazy unlock waits for).
+	lazyDelay time.Duration
+
 	// namespaces and names are the registered namespaces (a copy of
 	// Config.Namespaces) and their reverse.
 	namespaces map[string]int32
@@ -82,10 +86,14 @@ type Store struct {
 	serial *turnQueue
 
 	// ctx is the store's own context: every round trip on a shared
-	// connection runs under it (never under a caller's), and Close cancels
-	// it.
+	// connection runs under it (never under a caller's), the lock
+	// connections' under tripCtx, and Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// tripCtx is ctx without its cancellation: the lock connections' round
+	// trips run under it and their deadline, so that Close lets the one in
+	// flight finish (its unlocks then end released, not lost).
+	tripCtx context.Context
 
 	// calls are the running Serialize and Exclusive calls, which Close
 	// stops, and Exclusive's lock watcher (calls.go, watch.go).
@@ -128,6 +136,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s := &Store{
 		pool:       pool,
 		cfg:        cfg,
+		lazyDelay:  lazyUnlockDelay,
 		namespaces: make(map[string]int32, len(cfg.Namespaces)),
 		names:      make(map[int32]string, len(cfg.Namespaces)),
 	}
@@ -148,6 +157,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.tripCtx = context.WithoutCancel(s.ctx)
 	// The first connections are opened here, under ctx, so that New fails
 	// when the database cannot be reached; later ones by their owners.
 	stop := context.AfterFunc(ctx, s.cancel)

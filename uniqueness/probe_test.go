@@ -1,0 +1,133 @@
+package uniqueness_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/uniqueness"
+)
+
+// countedLookup is a table's lookup that counts its calls.
+func countedLookup(table staffTable, calls *atomic.Int64) uniqueness.LookupFunc {
+	return func(ctx context.Context, email string) (bool, error) {
+		calls.Add(1)
+		return table.taken(ctx, email)
+	}
+}
+
+// TestProbeAnswersTheUncontendedClaim: with Probe on the PostgreSQL store,
+// an uncontended claim is answered in the lock's round trip: the rule's
+// LookupFunc never runs, a free email is created and a taken one is
+// rejected as already_taken.
+func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+	table := newPGTable(t, pool)
+	store := newPGStore(t, pool)
+	var lookups atomic.Int64
+	rule := emailRuleWith(table, countedLookup(table, &lookups), uniqueness.Probe(staffTakenSQL))
+	h := &staffHandler{table: table}
+	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})}}, h)
+
+	for i := range 20 {
+		e := fmt.Sprintf("probe%d@example.org", i)
+		_, err := bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: e, Email: e, Name: "P"})
+		require.NoError(t, err)
+	}
+	_, err := bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "other", Email: "PROBE3@example.org", Name: "P"})
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken, "the probe found the normalised email")
+	require.Zero(t, lookups.Load(), "every claim was answered by its probe")
+	require.EqualValues(t, 20, h.runs.Load())
+	require.Zero(t, h.duplicates.Load())
+	requireNothingHeld(t, store)
+}
+
+// TestProbeStormAcrossTwoNodesOnPostgres is the two-node storm with Probe
+// on both nodes: contended claims wait and use the LookupFunc, the others
+// their probe, and the outcome is the storm's: one handler run per email,
+// the unique index never fires.
+func TestProbeStormAcrossTwoNodesOnPostgres(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	var buses []*bus.Bus
+	var handlers []*staffHandler
+	var table *pgTable
+	for i, name := range []string{"node-a", "node-b"} {
+		pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: name})
+		if i == 0 {
+			table = newPGTable(t, pool)
+		}
+		nodeTable := &pgTable{pool: pool}
+		store := newPGStore(t, pool)
+		t.Cleanup(func() { requireNothingHeld(t, store) })
+		h := &staffHandler{table: nodeTable}
+		rule := emailRuleWith(nodeTable, uniqueness.Batched(nodeTable.takenBatch), uniqueness.Probe(staffTakenSQL))
+		mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
+		buses = append(buses, newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h))
+		handlers = append(handlers, h)
+	}
+	requireStormOutcome(t, storm(t, buses, 200, 20), table, handlers...)
+}
+
+// TestProbeFailingIsUnavailable: a probe the server refuses rejects the
+// command as unavailable, naming neither the table nor the driver, and
+// leaves the key free: the same email is then created through a rule
+// without the broken probe, on the same store.
+func TestProbeFailingIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+	table := newPGTable(t, pool)
+	store := newPGStore(t, pool)
+	broken := emailRuleWith(table, table.taken, uniqueness.Probe("SELECT email FROM no_such_table WHERE email = ANY($1)"))
+	h := &staffHandler{table: table}
+	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{broken}})}}, h)
+
+	cmd := &commands.CreateStaff{StaffID: "s1", Email: "broken@example.org", Name: "P"}
+	_, err := bus.Dispatch[string](ctx, b, cmd)
+	require.ErrorIs(t, err, middleware.ErrUnavailable)
+	var rej *middleware.Rejection
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, "email", rej.Field)
+	require.NotContains(t, rej.Message, "no_such_table")
+	require.NotContains(t, rej.Message, "SQLSTATE")
+	require.Zero(t, h.runs.Load())
+
+	good := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRule(table)}})}}, h)
+	_, err = bus.Dispatch[string](ctx, good, cmd)
+	require.NoError(t, err, "the broken probe left the key free")
+	require.EqualValues(t, 1, h.runs.Load())
+	requireNothingHeld(t, store)
+}
+
+// TestProbeOnAStoreThatCannotRunIt: on a Locker that is not a
+// lockstore.Prober (the memory store) a rule with Probe uses its
+// LookupFunc.
+func TestProbeOnAStoreThatCannotRunIt(t *testing.T) {
+	t.Parallel()
+	table := newMemTable()
+	var lookups atomic.Int64
+	rule := emailRuleWith(table, countedLookup(table, &lookups), uniqueness.Probe(staffTakenSQL))
+	h := &staffHandler{table: table}
+	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{rule}})}}, h)
+	_, err := bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "m", Email: "m@example.org", Name: "M"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, lookups.Load())
+}
+
+// TestProbeEmptySQL: Probe("") is a configuration error.
+func TestProbeEmptySQL(t *testing.T) {
+	t.Parallel()
+	rule := emailRuleWith(newMemTable(), newMemTable().taken, uniqueness.Probe(""))
+	_, err := uniqueness.New(uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{rule}})
+	require.ErrorContains(t, err, "empty Probe SQL")
+}
