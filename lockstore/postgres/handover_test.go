@@ -499,3 +499,33 @@ func TestHandoverBound(t *testing.T) {
 	_, err = waiter.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, id.Namespace, id.ID)
 	require.NoError(t, err)
 }
+
+// TestHandoverRenewOnAnotherBackend: a renew that runs on a backend other
+// than the one the connection knows (the session is in doubt) confirms
+// nothing: the holder's release fails with ErrLockLost, the waiter with
+// ErrUnavailable, and the connection is replaced, which frees the key.
+func TestHandoverRenewOnAnotherBackend(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, s, other := twoNodesLongLease(t)
+	key := lockstore.Key{Namespace: "handover", ID: "other-backend"}
+	holder, err := s.TryLock(ctx, key)
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		l, err := s.Lock(ctx, key)
+		if err == nil {
+			err = errors.Join(errors.New("granted"), l.Release(ctx))
+		}
+		waited <- err
+	}()
+	waitFor(t, "waiter queued", func() bool { return s.Waiting(key) == 1 })
+	c := holder.(*pgLock).c
+	c.mu.Lock()
+	c.pid++ // what the connection believes its backend is
+	c.mu.Unlock()
+	require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
+	require.ErrorIs(t, awaitErr(t, waited, "the waiter"), lockstore.ErrUnavailable)
+	require.Zero(t, s.Stats().Handovers)
+	freeOn(ctx, t, other, key)
+}

@@ -50,6 +50,9 @@ type Store struct {
 	// from it.
 	tokenSQL string
 	batchSQL string
+	// renewSQL the statement of a round trip that carries one renew only
+	// (see renewSQLFor).
+	renewSQL string
 
 	// connConfig opens the lock connections (and every other connection
 	// that holds session locks): the pool's, or Config.LockConnString's,
@@ -148,6 +151,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	seq := pgx.Identifier{cfg.Schema, tokenSequence}.Sanitize()
 	s.tokenSQL = "'" + strings.ReplaceAll(seq, "'", "''") + "'::regclass"
 	s.batchSQL = batchSQLFor(s.tokenSQL)
+	s.renewSQL = renewSQLFor(s.tokenSQL)
 	s.connConfig = lockConnConfig(connConfig, cfg)
 	s.queue = newTurnQueue()
 	s.queue.s = s
