@@ -253,7 +253,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if n.model == StaffEvents {
 		staffHandler, done = n.registerStaff, uniqueness.AlreadyDone(n.registeredBy)
 	}
-	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail), done}
+	// On PostgreSQL the lookup also runs as SQL in the claim's lock round
+	// trip (Probe); on SQLite, whose store cannot, staffEmailTaken runs.
+	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail), done, uniqueness.Probe(staffEmailsTakenSQL)}
 	if cfg.reserves() {
 		opts = append(opts, uniqueness.Reserve(n.claims, cfg.maxLag()))
 	}

@@ -120,6 +120,10 @@ func (n *Node) staffEmailTaken(ctx context.Context, email string) (bool, error) 
 	return n.exists(ctx, `SELECT count(*) FROM staff WHERE email = $1`, email)
 }
 
+// staffEmailsTakenSQL is staffEmailTaken as the email rule's
+// uniqueness.Probe: the emails of $1 the staff table holds.
+const staffEmailsTakenSQL = `SELECT email FROM staff WHERE email = ANY($1)`
+
 // staffCreatedBy recognises a redelivered CreateStaff whose first run
 // committed: the member with the email is the one it creates.
 func (n *Node) staffCreatedBy(ctx context.Context, c *commands.CreateStaff, email string) (bool, error) {
