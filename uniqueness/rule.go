@@ -84,7 +84,8 @@ func Normalize(f NormalizeFunc) Option { return Option{normalize: f} }
 //
 // It must answer exactly as the rule's LookupFunc does, on the database
 // the lock store is on, and be an index lookup: it runs on a lock
-// connection that other keys share. The LookupFunc is still used where
+// connection that other keys share, as a prepared statement whose generic
+// plan must use the index (see lockstore.Probe). The LookupFunc is still used where
 // the probe is not: a claim that waits for the key, the re-check of a
 // release with claimants waiting, a Locker that is not a Prober, a command
 // whose values share one lock.
