@@ -576,8 +576,9 @@ func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 	now := time.Now()
 	for i, r := range batch {
 		if r.kind == renewRequest {
-			c.handedOff(r.prev)
+			// Counted before the holder's Release returns.
 			c.s.stats.handovers.Add(1)
+			c.handedOff(r.prev)
 		}
 		switch {
 		case r.kind == unlockRequest:
