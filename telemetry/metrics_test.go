@@ -148,3 +148,39 @@ func TestMetrics(t *testing.T) {
 	require.EqualValues(t, 0, sumOf(t, m[telemetry.MetricLocksHeld], mem))
 	require.EqualValues(t, 0, sumOf(t, m[telemetry.MetricLocksWaiting], mem))
 }
+
+// statsSource reports fixed lockstore.Stats, each counter a distinct value.
+type statsSource lockstore.Stats
+
+func (s statsSource) Stats() lockstore.Stats { return lockstore.Stats(s) }
+
+// TestLockerStatsMetrics: each counter of a store's lockstore.Stats is
+// observed under its own instrument.
+func TestLockerStatsMetrics(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { require.NoError(t, mp.Shutdown(context.Background())) })
+	tel, err := telemetry.New(telemetry.Config{MeterProvider: mp})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tel.Close()) })
+	stats := lockstore.Stats{Held: 1, Waiting: 2, RoundTrips: 3, BatchedRequests: 4, Reconnects: 5,
+		LocksLost: 6, CapacityRefusals: 7, Handovers: 8}
+	require.NoError(t, tel.ObserveLocker("pg", statsSource(stats)))
+
+	m := collect(t, reader)
+	pg := telemetry.AttrStore.String("pg")
+	for name, want := range map[string]int64{
+		telemetry.MetricLocksHeld:        stats.Held,
+		telemetry.MetricLocksWaiting:     stats.Waiting,
+		telemetry.MetricRoundTrips:       stats.RoundTrips,
+		telemetry.MetricBatchedRequests:  stats.BatchedRequests,
+		telemetry.MetricReconnects:       stats.Reconnects,
+		telemetry.MetricLocksLost:        stats.LocksLost,
+		telemetry.MetricCapacityRefusals: stats.CapacityRefusals,
+		telemetry.MetricHandovers:        stats.Handovers,
+	} {
+		require.Contains(t, m, name)
+		require.Equal(t, want, sumOf(t, m[name], pg), name)
+	}
+}
