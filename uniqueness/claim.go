@@ -35,6 +35,9 @@ const numShards = 64
 // own lookups.
 type Claimer struct {
 	locker lockstore.Locker
+	// prober is locker when it can answer a probe in the lock's round
+	// trip, nil otherwise.
+	prober lockstore.Prober
 	seed   maphash.Seed
 	shards [numShards]shard
 }
@@ -82,7 +85,8 @@ var statePool = sync.Pool{New: func() any { return new(keyState) }}
 
 // NewClaimer returns a Claimer that takes keys on l.
 func NewClaimer(l lockstore.Locker) *Claimer {
-	return &Claimer{locker: l, seed: maphash.MakeSeed()}
+	p, _ := l.(lockstore.Prober)
+	return &Claimer{locker: l, prober: p, seed: maphash.MakeSeed()}
 }
 
 // Claim is one claimant's hold on a key: the value was free when its lookup
@@ -185,7 +189,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	if err != nil {
 		sh.mu.Lock()
 		st.waiting--
-		sh.leave(key, st)
+		sh.leave(st)
 		sh.mu.Unlock()
 		if settled != nil && settled.Err() != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
 			return nil, ErrAlreadyTaken
@@ -206,7 +210,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	stale := st.gen != gen
 	if stale {
 		st.holder = nil
-		sh.leave(key, st)
+		sh.leave(st)
 	} else {
 		st.holder = cl
 	}
@@ -286,28 +290,29 @@ type prober interface {
 // tryLock is the Locker's TryLock, with taken's probe when it has one and
 // the Locker is a lockstore.Prober.
 func (c *Claimer) tryLock(ctx context.Context, key lockstore.Key, taken lookuper) (lockstore.Lock, error) {
-	if pr, ok := taken.(prober); ok {
-		if lp, ok := c.locker.(lockstore.Prober); ok {
-			if probe, ok := pr.probe(); ok {
-				lk, isTaken, err := lp.TryLockProbe(ctx, key, probe)
-				if err == nil {
-					pr.probed(isTaken)
-				}
-				return lk, err
-			}
-		}
+	pr, ok := taken.(prober)
+	if !ok || c.prober == nil {
+		return c.locker.TryLock(ctx, key)
 	}
-	return c.locker.TryLock(ctx, key)
+	probe, ok := pr.probe()
+	if !ok {
+		return c.locker.TryLock(ctx, key)
+	}
+	lk, isTaken, err := c.prober.TryLockProbe(ctx, key, probe)
+	if err == nil {
+		pr.probed(isTaken)
+	}
+	return lk, err
 }
 
-// leave forgets one claimant of key; the entry goes when it was the last.
-// sh.mu is held.
-func (sh *shard) leave(key lockstore.Key, st *keyState) {
+// leave forgets one claimant of st's key; the entry goes when it was the
+// last. sh.mu is held.
+func (sh *shard) leave(st *keyState) {
 	st.refs--
 	if st.refs > 0 {
 		return
 	}
-	sh.keys.Delete(st.hash, key)
+	sh.keys.Delete(st.hash, st.key)
 	if st.cancel != nil {
 		st.cancel()
 	}
@@ -377,39 +382,41 @@ func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
 // The holder must have committed its write before calling Release: a
 // re-check that cannot see the write lets the next claimant in.
 func (cl *Claim) Release(ctx context.Context) error {
-	var err error
-	cl.releaseThen(ctx, false, func(e error) { err = e })
+	err, _ := cl.releaseWith(ctx, nil)
 	return err
 }
 
-// releaseThen is Release, calling done with its result. With later, an
-// uncontended release does not wait for the Locker to confirm it (see
-// lockstore.ReleaseLater): done may then be called after releaseThen
-// returns, in the store's goroutine, and must be quick. The claim is
-// forgotten before releaseThen returns either way.
-func (cl *Claim) releaseThen(ctx context.Context, later bool, done func(error)) {
+// releasesLater reports whether an uncontended release of the claim can
+// leave the store's answer to later (see releaseWith).
+func (cl *Claim) releasesLater() bool {
+	_, ok := cl.lock.(lockstore.LaterReleaser)
+	return ok
+}
+
+// releaseWith is Release. With later set, an uncontended release of a lock
+// that is a lockstore.LaterReleaser does not wait for the store to confirm
+// it: releaseWith reports async, and later gets the result, in the store's
+// goroutine (it must be quick). The claim is forgotten before releaseWith
+// returns either way.
+func (cl *Claim) releaseWith(ctx context.Context, later func(error)) (err error, async bool) {
 	if cl == nil {
-		done(nil)
-		return
+		return nil, false
 	}
 	if !cl.done.CompareAndSwap(false, true) {
 		if cl.lost.Load() {
-			done(fmt.Errorf("uniqueness: release %s again: %w", cl.key, lockstore.ErrLockLost))
-			return
+			return fmt.Errorf("uniqueness: release %s again: %w", cl.key, lockstore.ErrLockLost), false
 		}
-		done(nil)
-		return
+		return nil, false
 	}
 	cl.sh.mu.Lock()
 	if cl.st.waiting == 0 {
 		cl.forget()
 		cl.sh.mu.Unlock()
-		if later {
-			lockstore.ReleaseLater(ctx, cl.lock, func(err error) { done(cl.lockErr(err)) })
-			return
+		if lr, ok := cl.lock.(lockstore.LaterReleaser); ok && later != nil {
+			lr.ReleaseLater(func(err error) { later(cl.lockErr(err)) })
+			return nil, true
 		}
-		done(cl.releaseLock(ctx))
-		return
+		return cl.releaseLock(ctx), false
 	}
 	cl.sh.mu.Unlock()
 	isTaken, err := lookup(ctx, cl.taken)
@@ -417,7 +424,7 @@ func (cl *Claim) releaseThen(ctx context.Context, later bool, done func(error)) 
 		isTaken = false
 		err = fmt.Errorf("uniqueness: re-check of %s on release (the next claimant runs its own lookup): %w", cl.key, err)
 	}
-	done(errors.Join(err, cl.release(ctx, isTaken)))
+	return errors.Join(err, cl.release(ctx, isTaken)), false
 }
 
 // release forgets the claim, settling the key as taken first when
@@ -439,7 +446,7 @@ func (cl *Claim) forget() {
 		cl.st.holder = nil
 	}
 	cl.unwatch()
-	cl.sh.leave(cl.key, cl.st)
+	cl.sh.leave(cl.st)
 	cl.st = nil
 }
 

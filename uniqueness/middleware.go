@@ -466,13 +466,26 @@ func (m *Middleware) releaseAll(ctx context.Context, commandID string, claims []
 	for i := len(claims) - 1; i >= 0; i-- {
 		cl := claims[i]
 		// A command that ends normally does not wait for its store to
-		// confirm an uncontended release (lockstore.ReleaseLater): the
+		// confirm an uncontended release (lockstore.LaterReleaser): the
 		// PostgreSQL store then carries the unlock in its next round trip.
-		cl.releaseThen(ctx, !detach, func(err error) {
-			if err != nil {
-				m.releaseFailed(ctx, commandID, cl.Key(), err)
-			}
-		})
+		var later func(error)
+		if !detach && cl.releasesLater() {
+			later = m.reportLater(ctx, commandID, cl.Key())
+		}
+		if err, async := cl.releaseWith(ctx, later); !async && err != nil {
+			m.releaseFailed(ctx, commandID, cl.Key(), err)
+		}
+	}
+}
+
+// reportLater returns the function that reports the result of a release
+// the store confirms later (see Claim.releaseWith). It is made here, not in
+// releaseAll, so that releaseAll's variables stay on its stack.
+func (m *Middleware) reportLater(ctx context.Context, commandID string, key lockstore.Key) func(error) {
+	return func(err error) {
+		if err != nil {
+			m.releaseFailed(ctx, commandID, key, err)
+		}
 	}
 }
 
