@@ -36,13 +36,19 @@ func (c *Claimer) watchLost(cl *Claim, f context.CancelCauseFunc) {
 	cl.sh.mu.Unlock()
 	if first {
 		// Outside sh.mu: a store may tell the claim of a loss at once.
-		afterlost.Watch(cl.lock, &cl.lostWatch, cl)
+		afterlost.Watch(cl.lock, &cl.lostWatch, (*lostTarget)(cl))
 	}
 }
 
+// lostTarget is a Claim as the afterlost.Target its lock's store tells of
+// the loss: a type of its own, so that LockLost is not a method of Claim
+// that a handler holding the claim could call.
+type lostTarget Claim
+
 // LockLost reports the loss of the claim's lock to its function, if any;
 // the lock's store calls it (see watchLost).
-func (cl *Claim) LockLost() {
+func (t *lostTarget) LockLost() {
+	cl := (*Claim)(t)
 	cl.sh.mu.Lock()
 	if cl.st == nil {
 		// Released meanwhile: nothing to report.
@@ -79,15 +85,5 @@ func (cl *Claim) unwatch() {
 	cl.onLost = nil
 	if cl.watched {
 		cl.lostWatch.Stop()
-	}
-}
-
-// isClosed reports whether ch is closed (or has a value ready).
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }

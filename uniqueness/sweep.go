@@ -193,3 +193,13 @@ func (m *Middleware) RunSweeper(ctx context.Context, interval time.Duration) err
 		}
 	}
 }
+
+// isClosed reports whether ch is closed (or has a value ready).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
