@@ -717,6 +717,9 @@ func TestConfigValidate(t *testing.T) {
 			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack[*commands.CreateStaff](nil)),
 		}}, []string{"nil WriteBack function"}},
+		{"empty Probe", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken, uniqueness.Probe("")),
+		}}, []string{"empty Probe SQL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -52,9 +52,10 @@ func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
 }
 
 // TestProbeStormAcrossTwoNodesOnPostgres is the two-node storm with Probe
-// on both nodes: contended claims wait and use the LookupFunc, the others
-// their probe, and the outcome is the storm's: one handler run per email,
-// the unique index never fires.
+// on both nodes, where probed claims meet claims that wait and use the
+// LookupFunc: the outcome is the storm's, one handler run per email and
+// the unique index never fires. (That a probe answers the uncontended
+// claim is TestProbeAnswersTheUncontendedClaim's.)
 func TestProbeStormAcrossTwoNodesOnPostgres(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
@@ -122,12 +123,4 @@ func TestProbeOnAStoreThatCannotRunIt(t *testing.T) {
 	_, err := bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "m", Email: "m@example.org", Name: "M"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, lookups.Load())
-}
-
-// TestProbeEmptySQL: Probe("") is a configuration error.
-func TestProbeEmptySQL(t *testing.T) {
-	t.Parallel()
-	rule := emailRuleWith(newMemTable(), newMemTable().taken, uniqueness.Probe(""))
-	_, err := uniqueness.New(uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{rule}})
-	require.ErrorContains(t, err, "empty Probe SQL")
 }
