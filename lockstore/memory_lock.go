@@ -102,11 +102,7 @@ func (l *memLock) Lost() <-chan struct{} {
 // package function AfterLost): by Reset and Close before they return, by
 // a lease's end in its timer's goroutine, after the shard's mutex is
 // released.
-func (l *memLock) AfterLost(f func()) (stop func() bool) {
-	n := &afterlost.Node{}
-	afterlost.Watch(l, n, afterlost.Func(f))
-	return n.Stop
-}
+func (l *memLock) AfterLost(f func()) (stop func() bool) { return AfterLost(l, f) }
 
 // WatchLost registers n to be fired when the lock is lost.
 func (l *memLock) WatchLost(n *afterlost.Node) {

@@ -151,28 +151,16 @@ func (q *Queue[K]) TakeWith(ctx context.Context, closing <-chan struct{}, closed
 
 // Pass ends the current turn of key: its first waiter, if any, takes it;
 // otherwise the key is forgotten.
-func (q *Queue[K]) Pass(key K) {
-	sh, h := q.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	t := sh.turns.Get(h, key)
-	if t == nil {
-		return
-	}
-	w := t.waiting.Pop()
-	if w == nil {
-		sh.turns.Delete(h, key)
-		*t = turn[K]{}
-		q.free.Put(t)
-		return
-	}
-	w.Value.granted = true
-	w.Value.ready <- struct{}{}
-}
+func (q *Queue[K]) Pass(key K) { q.pass(key, true) }
 
 // PassIfWaiting hands the current turn of key to its first waiter and
 // returns true; when none waits it returns false, and the turn stays held.
-func (q *Queue[K]) PassIfWaiting(key K) bool {
+func (q *Queue[K]) PassIfWaiting(key K) bool { return q.pass(key, false) }
+
+// pass hands key's turn to its first waiter and reports whether one took
+// it; with none, forget ends the turn and forgets the key, or else the turn
+// stays held.
+func (q *Queue[K]) pass(key K, forget bool) bool {
 	sh, h := q.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -182,6 +170,11 @@ func (q *Queue[K]) PassIfWaiting(key K) bool {
 	}
 	w := t.waiting.Pop()
 	if w == nil {
+		if forget {
+			sh.turns.Delete(h, key)
+			*t = turn[K]{}
+			q.free.Put(t)
+		}
 		return false
 	}
 	w.Value.granted = true

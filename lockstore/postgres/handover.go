@@ -9,8 +9,8 @@ import (
 )
 
 // maxHandovers bounds the grants of one lock id handed over in place in a
-// row (see handoffs): the holder after that many unlocks on the server, so
-// that other nodes waiting for the key get their chance.
+// row (see handoffs): the release of the holder after that many unlocks on
+// the server, so that other nodes waiting for the key get their chance.
 const maxHandovers = 64
 
 // handoffs are the releases handed over in place, by lock id: a holder

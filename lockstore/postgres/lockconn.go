@@ -630,8 +630,11 @@ func probesOf(batch []*request) map[string]*probeRun {
 // after it, in the same round trip: each probe is a statement of its own,
 // so its snapshot is taken after the batch statement took its locks. A
 // probe that fails on the server (a *pgconn.PgError: a missing table, a
-// type mismatch) fails its requests, not the connection; any other error
-// fails the round trip.
+// type mismatch) fails its requests, not the connection; the server then
+// skips the rest of the pipeline, so the probes after it in the round trip
+// fail too, with its error (their claims are
+// unavailable, and their senders try again). Any other error fails the
+// round trip.
 func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[string]*probeRun, args ...any) ([]int64, error) {
 	var b pgx.Batch
 	b.Queue(c.s.batchSQL, args...)
@@ -893,10 +896,7 @@ func (c *lockConn) shutdown() {
 		rest := c.pending[:0]
 		for _, r := range c.pending {
 			if r.kind == unlockRequest {
-				unlocks = append(unlocks, r)
-				if !r.lazy {
-					c.eager--
-				}
+				unlocks = append(unlocks, r) // eager goes with drop
 			} else {
 				rest = append(rest, r)
 			}

@@ -78,11 +78,7 @@ func (l *pgLock) Lost() <-chan struct{} { return l.lost }
 // AfterLost arranges for f to be called when the lock is lost (see
 // lockstore.AfterLost): in the goroutine of the lock connection that ended
 // it, once the connection's mutex is released, or in Close.
-func (l *pgLock) AfterLost(f func()) (stop func() bool) {
-	n := &afterlost.Node{}
-	afterlost.Watch(l, n, afterlost.Func(f))
-	return n.Stop
-}
+func (l *pgLock) AfterLost(f func()) (stop func() bool) { return lockstore.AfterLost(l, f) }
 
 // WatchLost registers n to be fired when the lock is lost.
 func (l *pgLock) WatchLost(n *afterlost.Node) {
@@ -154,7 +150,9 @@ func (l *pgLock) startRelease(later func(error)) (*request, error) {
 	}
 	r := &request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})}
 	r.later = later
-	if s := l.c.s; l.handovers < maxHandovers && s.queue.q.Waiters() > 0 && s.queue.waiting(l.id) > 0 && l.c.handOver(r) {
+	s := l.c.s
+	waited := s.queue.waiters() > 0 && s.queue.waiting(l.id) > 0
+	if waited && l.handovers < maxHandovers && l.c.handOver(r) {
 		// The next waiter of the lock id on this node takes the lock over in
 		// place: its renew confirms this release (see handoffs).
 		s.queue.pass(l.id)
@@ -162,7 +160,7 @@ func (l *pgLock) startRelease(later func(error)) (*request, error) {
 	}
 	// A waiter's turn comes with the unlock's answer: its unlock goes at
 	// once.
-	r.lazy = later != nil && l.c.s.queue.waiting(l.id) == 0
+	r.lazy = later != nil && !waited
 	if err := l.c.submit(r); err != nil {
 		// Every error of submit means the connection the lock lived on is
 		// gone (ErrClosed, errStaleLock, errRetired) or down
