@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -127,6 +126,11 @@ func ExampleDatabase(ctx context.Context, example string) (dsn string, drop func
 // newDatabase creates the database name on the server base names, and
 // returns its URL and the func that drops it.
 func newDatabase(ctx context.Context, base, name string) (string, func() error, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", nil, err
+	}
+	u.Path = "/" + name
 	if err := adminExec(ctx, base, "CREATE DATABASE "+name); err != nil {
 		return "", nil, fmt.Errorf("create database: %w", err)
 	}
@@ -138,11 +142,6 @@ func newDatabase(ctx context.Context, base, name string) (string, func() error, 
 		}
 		return nil
 	}
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", nil, errors.Join(err, drop())
-	}
-	u.Path = "/" + name
 	return u.String(), drop, nil
 }
 

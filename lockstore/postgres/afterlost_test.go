@@ -13,15 +13,16 @@ import (
 
 // TestAfterLostOnTerminatedConnection: when the server ends a lock
 // connection's session, the lock connection that ends its locks calls
-// their AfterLost functions, outside its mutex (f releases the lock), and
-// not the ones stopped before.
+// their AfterLost functions, outside its mutex (f releases the lock and
+// asks the same connection for another key: under the mutex that would
+// deadlock), and not the ones stopped before.
 func TestAfterLostOnTerminatedConnection(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	admin := serialAdmin(t, dsn)
 	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "afterlost"}),
-		Config{KeepAlive: 100 * time.Millisecond})
+		Config{LockConns: 1, KeepAlive: 100 * time.Millisecond})
 	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "afterlost", ID: "1"})
 	require.NoError(t, err)
 
@@ -29,15 +30,18 @@ func TestAfterLostOnTerminatedConnection(t *testing.T) {
 	stopped := lockstore.AfterLost(l, func() { stoppedCalls.Add(1) })
 	require.True(t, stopped(), "stop before the loss")
 	ran := make(chan error, 1)
-	stop := lockstore.AfterLost(l, func() { ran <- l.Release(ctx) })
+	var lockErr error
+	stop := lockstore.AfterLost(l, func() {
+		_, lockErr = s.TryLock(ctx, lockstore.Key{Namespace: "afterlost", ID: "2"})
+		ran <- l.Release(ctx)
+	})
 
 	pid := connPIDs(s)[l.(*pgLock).c.index]
-	var terminated bool
-	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&terminated))
-	require.True(t, terminated)
+	terminateBackend(ctx, t, admin, pid)
 	select {
 	case err := <-ran:
 		require.ErrorIs(t, err, lockstore.ErrLockLost, "Release from f")
+		require.ErrorIs(t, lockErr, lockstore.ErrUnavailable, "TryLock from f, on the connection being replaced")
 	case <-time.After(10 * time.Second):
 		t.Fatal("AfterLost's f did not run when the lock connection was terminated")
 	}

@@ -37,6 +37,17 @@ func connPIDs(s *Store) []uint32 {
 	return out
 }
 
+// terminateBackend ends the server session of backend pid, as an
+// administrator does, and requires that it existed. It passes no timeout:
+// with one, pg_terminate_backend polls for the backend's exit every 100ms,
+// which a test timing the loss would measure.
+func terminateBackend(ctx context.Context, t *testing.T, admin *pgx.Conn, pid uint32) {
+	t.Helper()
+	var terminated bool
+	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&terminated))
+	require.True(t, terminated, "backend %d was there to terminate", pid)
+}
+
 func allUp(s *Store) bool {
 	for _, pid := range connPIDs(s) {
 		if pid == 0 {
@@ -88,11 +99,7 @@ func TestTerminatedLockConnection(t *testing.T) {
 
 	oldPID := connPIDs(a)[victim.index]
 	start := time.Now()
-	var terminated bool
-	// Without a timeout argument: with one, pg_terminate_backend polls for
-	// the backend's exit every 100ms, which would be measured here.
-	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, oldPID).Scan(&terminated))
-	require.True(t, terminated)
+	terminateBackend(ctx, t, admin, oldPID)
 
 	bl := <-granted
 	require.NotNil(t, bl)

@@ -15,17 +15,21 @@ import (
 
 // newLazyStore opens a store with one lock connection, so that every
 // request shares it, whose lazy unlocks wait an hour for company: only a
-// lock request, a Release or Close sends them.
-func newLazyStore(t *testing.T, dsn, name string) *Store {
+// lock request, a Release, Close or the connection's next ping (keepAlive
+// after its last round trip) sends them.
+func newLazyStore(t *testing.T, dsn, name string, keepAlive time.Duration) *Store {
 	t.Helper()
-	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: name}),
-		Config{LockConns: 1, KeepAlive: 100 * time.Millisecond, PollInterval: 5 * time.Millisecond})
+	cfg := Config{LockConns: 1, KeepAlive: keepAlive, PollInterval: 5 * time.Millisecond}
+	if keepAlive >= DefaultLeaseBound/4 {
+		cfg.LeaseBound = 4 * keepAlive
+	}
+	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: name}), cfg)
 	s.lazyDelay = time.Hour
 	return s
 }
 
 // releasedLater releases l with ReleaseLater and returns the channel its
-// done sends on, failing t when done is called more than once.
+// done sends on (requireDone fails if done has been called twice by then).
 func releasedLater(t *testing.T, l lockstore.Lock) <-chan error {
 	t.Helper()
 	done := make(chan error, 2)
@@ -54,7 +58,7 @@ func TestReleaseLaterRidesTheNextLock(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
-	s := newLazyStore(t, dsn, "later-a")
+	s := newLazyStore(t, dsn, "later-a", time.Minute) // no ping sends the unlock while the test looks
 	other := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "later-b"}), Config{})
 	key := lockstore.Key{Namespace: "later", ID: "1"}
 
@@ -84,11 +88,13 @@ func TestReleaseLaterRidesTheNextLock(t *testing.T) {
 }
 
 // TestReleaseLaterGoesAloneWithinTheDelay: with nothing to ride with, a
-// lazy unlock is sent on its own once the delay has passed.
+// lazy unlock is sent on its own once the delay has passed, long before
+// the connection's next ping (a minute) would carry it.
 func TestReleaseLaterGoesAloneWithinTheDelay(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	s := newTestStore(t, pgtest.Connect(t, pgtest.DSN(t), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "later-alone"}), Config{})
+	s := newTestStore(t, pgtest.Connect(t, pgtest.DSN(t), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "later-alone"}),
+		Config{KeepAlive: time.Minute, LeaseBound: 4 * time.Minute})
 	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "later", ID: "alone"})
 	require.NoError(t, err)
 	start := time.Now()
@@ -105,7 +111,7 @@ func TestReleaseLaterGoesAloneWithinTheDelay(t *testing.T) {
 func TestReleaseLaterWithAWaiterGoesAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	s := newLazyStore(t, pgtest.DSN(t), "later-waiter")
+	s := newLazyStore(t, pgtest.DSN(t), "later-waiter", time.Minute)
 	key := lockstore.Key{Namespace: "later", ID: "waited"}
 	l, err := s.TryLock(ctx, key)
 	require.NoError(t, err)
@@ -152,16 +158,14 @@ func TestReleaseLaterOnATerminatedConnection(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	admin := serialAdmin(t, dsn)
-	s := newLazyStore(t, dsn, "later-term")
+	s := newLazyStore(t, dsn, "later-term", 100*time.Millisecond) // the ping time sends the unlock, on the dead connection
 	other := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "later-term-b"}), Config{})
 	key := lockstore.Key{Namespace: "later", ID: "term"}
 	l, err := s.TryLock(ctx, key)
 	require.NoError(t, err)
 	done := releasedLater(t, l)
 
-	var terminated bool
-	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, connPIDs(s)[0]).Scan(&terminated))
-	require.True(t, terminated)
+	terminateBackend(ctx, t, admin, connPIDs(s)[0])
 	require.ErrorIs(t, requireDone(t, done), lockstore.ErrLockLost, "nothing confirmed it was held up to the unlock")
 
 	l2, err := other.TryLock(ctx, key)
@@ -173,7 +177,7 @@ func TestReleaseLaterOnATerminatedConnection(t *testing.T) {
 	require.NoError(t, l3.Release(ctx))
 }
 
-// staffSQL creates the table the probes read.
+// probeTableSQL creates the table the probes read.
 const probeTableSQL = `CREATE TABLE probe_taken (v text PRIMARY KEY)`
 
 // probeSQL is the probes' query: which of $1 are in probe_taken.
@@ -218,7 +222,7 @@ func TestTryLockProbe(t *testing.T) {
 	}
 	after := s.Stats()
 	t.Logf("200 probed locks and their releases in %d round trips", after.RoundTrips-before.RoundTrips)
-	require.Less(t, after.RoundTrips-before.RoundTrips, int64(400), "no round trip of its own for a probe")
+	require.Less(t, after.RoundTrips-before.RoundTrips, int64(400), "concurrent probed requests share round trips")
 
 	other := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "probe-b"}), Config{})
 	held, err := other.TryLock(ctx, lockstore.Key{Namespace: "probe", ID: "held"})
@@ -250,22 +254,8 @@ func TestTryLockProbeFailing(t *testing.T) {
 	require.NotErrorIs(t, err, lockstore.ErrLocked)
 	require.NotErrorIs(t, err, lockstore.ErrUnavailable)
 
-	waitFor(t, "the key is unlocked on the server", func() bool {
-		l, err := other.TryLock(ctx, key)
-		if err != nil {
-			return false
-		}
-		require.NoError(t, l.Release(ctx))
-		return true
-	})
-	waitFor(t, "and free on this node", func() bool {
-		l, err := s.TryLock(ctx, key)
-		if err != nil {
-			return false
-		}
-		require.NoError(t, l.Release(ctx))
-		return true
-	})
+	freeOn(ctx, t, other, key) // unlocked on the server
+	freeOn(ctx, t, s, key)     // and free on this node
 	require.Equal(t, pid, connPIDs(s)[0], "the connection was kept")
 	require.Zero(t, s.Stats().LocksLost)
 }
