@@ -29,6 +29,7 @@ var checks = []check{
 	{name: "IDs", run: checkIDs},
 	{name: "Lifecycle", run: checkLifecycle},
 	{name: "CloseFailsPendingDispatch", run: checkCloseFailsPending},
+	{name: "CloseLetsRunningFinish", run: checkCloseLetsRunningFinish},
 	{name: "CloseWaitsThenCancels", run: checkCloseWaitsThenCancels},
 	{name: "ConcurrentCloseWaits", run: checkConcurrentClose},
 	{name: "Goexit", run: checkGoexit},
@@ -414,7 +415,7 @@ func checkIDs(e *env) {
 	type seen struct{ id, correlation, causation string }
 	var mu sync.Mutex
 	ids := map[string]seen{}
-	record := hooks{before: func(_ context.Context, p *middleware.Pipeline) {
+	record := middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 		mu.Lock()
 		defer mu.Unlock()
 		ids[p.CommandName] = seen{p.CommandUUID, p.CorrelationID, p.CausationID}
@@ -532,14 +533,16 @@ func checkCloseFailsPending(e *env) {
 	require.Zero(t, n.bus.Pending())
 }
 
-// Close lets running handlers finish and reply; after CloseTimeout it
-// cancels their context, and the after hooks run.
+// Close waits for a running handler for CloseTimeout, then cancels its
+// context; the handler's answer reaches its sender and the after hooks
+// run. (That a handler finishing within CloseTimeout replies is
+// checkCloseLetsRunningFinish's.)
 func checkCloseWaitsThenCancels(e *env) {
 	t := e.t
 	started := make(chan struct{})
 	afterRan := make(chan error, 1)
-	cfg := bus.Config{CloseTimeout: 50 * time.Millisecond, Middleware: []middleware.Middleware{hooks{
-		failure: func(ctx context.Context, p *middleware.Pipeline) { offer(afterRan, p.Err()) },
+	cfg := bus.Config{CloseTimeout: 50 * time.Millisecond, Middleware: []middleware.Middleware{middleware.Hooks{
+		OnAfterFailure: func(ctx context.Context, p *middleware.Pipeline) { offer(afterRan, p.Err()) },
 	}}}
 	n := e.node(cfg, func(b *bus.Bus) {
 		require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *block) (int, error) {
@@ -553,14 +556,50 @@ func checkCloseWaitsThenCancels(e *env) {
 		_, err := bus.Dispatch[int](e.ctx, n.bus, &block{})
 		done <- err
 	}()
-	<-started
+	recv(t, started, "the handler to start")
 	require.NoError(t, n.bus.Close())
 	// The handler's answer reached the sender before Close returned.
 	var remote *middleware.RemoteError
-	require.ErrorAs(t, <-done, &remote)
+	require.ErrorAs(t, recv(t, done, "Dispatch's answer"), &remote)
 	require.Equal(t, context.Canceled.Error(), remote.Message)
-	require.ErrorIs(t, <-afterRan, context.Canceled, "the after hooks ran")
+	require.ErrorIs(t, recv(t, afterRan, "the after hooks"), context.Canceled, "the after hooks ran")
 	n.requireAllAcked(t, 1)
+}
+
+// A handler running when Close begins finishes within CloseTimeout and its
+// answer reaches its sender: Close waits for it and does not cancel it.
+func checkCloseLetsRunningFinish(e *env) {
+	t := e.t
+	started, release := make(chan struct{}), make(chan struct{})
+	n := e.node(bus.Config{CloseTimeout: waitFor}, func(b *bus.Bus) {
+		require.NoError(t, bus.Handle(b, func(ctx context.Context, c *block) (int, error) {
+			close(started)
+			select {
+			case <-release:
+				return c.ID, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}))
+		require.NoError(t, bus.Handle(b, func(context.Context, *echo) (struct{}, error) { return struct{}{}, nil }))
+	})
+	done := make(chan error, 1)
+	go func() {
+		got, err := bus.Dispatch[int](e.ctx, n.bus, &block{ID: 7})
+		if err == nil && got != 7 {
+			err = fmt.Errorf("answer %d, want 7", got)
+		}
+		done <- err
+	}()
+	recv(t, started, "the handler to start")
+	closed := make(chan error, 1)
+	go func() { closed <- n.bus.Close() }()
+	require.Eventually(t, func() bool {
+		return errors.Is(n.bus.Send(e.ctx, &echo{}), bus.ErrClosed)
+	}, waitFor, time.Millisecond, "Close to begin")
+	close(release)
+	require.NoError(t, recv(t, closed, "Close"))
+	require.NoError(t, recv(t, done, "Dispatch's answer"), "the handler finished and replied during Close")
 }
 
 // A Close that finds another Close under way waits for it: when it
@@ -576,13 +615,15 @@ func checkConcurrentClose(e *env) {
 			returned.Store(true)
 			return 0, nil
 		}))
+		// The probe for the first Close: a command that does nothing.
+		require.NoError(t, bus.Handle(b, func(context.Context, *echo) (struct{}, error) { return struct{}{}, nil }))
 	})
 	require.NoError(t, n.bus.Send(e.ctx, &block{}))
 	<-started
 	first := make(chan error, 1)
 	go func() { first <- n.bus.Close() }()
 	require.Eventually(t, func() bool {
-		return errors.Is(n.bus.Send(e.ctx, &block{}), bus.ErrClosed)
+		return errors.Is(n.bus.Send(e.ctx, &echo{}), bus.ErrClosed)
 	}, waitFor, time.Millisecond, "the first Close to begin")
 	require.NoError(t, n.bus.Close())
 	require.True(t, returned.Load(), "the second Close returned before the handler")
@@ -624,15 +665,15 @@ func holdSlow(release <-chan struct{}, held chan<- int, ended chan<- error) midd
 			offer(ended, p.Err())
 		}
 	}
-	return hooks{
-		before: func(_ context.Context, p *middleware.Pipeline) {
+	return middleware.Hooks{
+		OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			if c, ok := p.Command.(*slow); ok {
 				offer(held, c.ID)
 				<-release
 			}
 		},
-		success: after,
-		failure: after,
+		OnAfterDispatch: after,
+		OnAfterFailure:  after,
 	}
 }
 
@@ -647,7 +688,7 @@ func checkDeadlineSkipsHandler(e *env) {
 	var waited context.Context
 	var handled []int
 	cfg := bus.Config{Middleware: []middleware.Middleware{
-		hooks{before: func(ctx context.Context, _ *middleware.Pipeline) {
+		middleware.Hooks{OnBeforeDispatch: func(ctx context.Context, _ *middleware.Pipeline) {
 			mu.Lock()
 			waited = ctx
 			mu.Unlock()
@@ -767,7 +808,7 @@ func checkOnSend(e *env) {
 				msg.Metadata.Set("trace", v)
 			}
 		},
-		Middleware: []middleware.Middleware{hooks{before: func(_ context.Context, p *middleware.Pipeline) {
+		Middleware: []middleware.Middleware{middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 			offer(seen, p.Metadata["trace"])
 		}}},
 	}
@@ -953,6 +994,19 @@ func checkLoss(e *env) {
 		got, err := bus.Dispatch[int](dctx, n.bus, &block{ID: 2})
 		return err == nil && got == 2
 	}, time.Minute, 10*time.Millisecond, "a round trip once the transport is back")
+}
+
+// recv receives from ch, failing t after waitFor (what names the wait).
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatalf("no %s within %v", what, waitFor)
+		var zero T
+		return zero
+	}
 }
 
 // offer sends v on ch unless ch is full: a hook or handler run again by a

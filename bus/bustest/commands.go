@@ -45,32 +45,9 @@ type panickyResult struct{}
 
 func (panickyResult) MarshalJSON() ([]byte, error) { panic("encoder boom") }
 
-// hooks is a middleware of func fields, any of them nil.
-type hooks struct {
-	before, success, failure func(ctx context.Context, p *middleware.Pipeline)
-}
-
-func (h hooks) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
-	if h.before != nil {
-		h.before(ctx, p)
-	}
-}
-
-func (h hooks) AfterDispatch(ctx context.Context, p *middleware.Pipeline) {
-	if h.success != nil {
-		h.success(ctx, p)
-	}
-}
-
-func (h hooks) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
-	if h.failure != nil {
-		h.failure(ctx, p)
-	}
-}
-
 // takenMiddleware halts taken commands with an already_taken rejection
 // naming the email field.
-var takenMiddleware = hooks{before: func(_ context.Context, p *middleware.Pipeline) {
+var takenMiddleware = middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
 	if _, ok := p.Command.(*taken); ok {
 		p.Halt(middleware.Reject(middleware.CodeAlreadyTaken, "email", "email is already taken"))
 	}

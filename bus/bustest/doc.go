@@ -53,8 +53,10 @@
 //     CloseTimeout, fails a Dispatch still waiting with bus.ErrClosed, and a
 //     second Close waits for the first; a handler that ends its goroutine
 //     (runtime.Goexit) answers with an error and frees its slot;
-//   - every command message a node's subscriptions hand out is acked, once
-//     and never nacked (the suite wraps the node's Subscriber to see it).
+//   - every command message a node's subscriptions hand out is acked and
+//     never nacked, and where a check knows how many it sent, none is
+//     delivered twice up to the acks (the suite wraps the node's Subscriber
+//     to see it).
 //
 // And what a transport may promise, each checked only when the Harness
 // declares it (a capability it does not declare is not tested, and Run

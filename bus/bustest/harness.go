@@ -211,7 +211,7 @@ func (e *env) sender(handler *node, cfg bus.Config) *node {
 	return e.node(cfg, nil)
 }
 
-// requireUnacked waits until topic holds no unacked message, when the
+// requireAcked waits until the topics hold no unacked message, when the
 // harness can tell.
 func (e *env) requireAcked(topics ...string) {
 	e.t.Helper()
@@ -286,23 +286,18 @@ func (r *recorder) Subscribe(ctx context.Context, topic string) (<-chan *message
 	return out, nil
 }
 
-// commands returns the command messages handed out so far (not replies,
-// which carry bus.MetadataCommandID).
+// commands returns the command messages handed out so far (the recorder
+// wraps the command subscriber only: replies never pass it).
 func (r *recorder) commands() []*message.Message {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []*message.Message
-	for _, m := range r.msgs {
-		if m.Metadata.Get(bus.MetadataCommandID) == "" {
-			out = append(out, m)
-		}
-	}
-	return out
+	return slices.Clone(r.msgs)
 }
 
 // requireAllAcked checks that every command message n's subscriptions
 // handed out is acked, none nacked, and, with want > 0, that there were
-// want of them.
+// want of them, counted again once all are acked (a duplicate delivered
+// later than that is not seen).
 func (n *node) requireAllAcked(t testing.TB, want int) {
 	t.Helper()
 	if n.rec == nil {
@@ -323,5 +318,8 @@ func (n *node) requireAllAcked(t testing.TB, want int) {
 		case <-time.After(waitFor):
 			t.Fatalf("command message %s was never acked", m.UUID)
 		}
+	}
+	if want > 0 {
+		require.Len(t, n.rec.commands(), want, "delivered more than once, by the time all were acked")
 	}
 }
