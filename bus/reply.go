@@ -94,8 +94,9 @@ type waiters struct {
 
 // replyChans pools the reply channels of Dispatch: a channel goes back
 // once its one reply is taken, or once its waiter is removed unanswered.
-// Without it, BenchmarkDispatch/impl=claimbus took 25 allocs/op and 1844
-// B/op instead of 23 and 1640 (gochannel-transport: 50 instead of 48).
+// It saves two allocations and about 200 B per Dispatch, in process and
+// over a transport (BenchmarkDispatch, impl=claimbus and
+// impl=claimbus-gochannel-transport, measured when it was added).
 var replyChans = sync.Pool{New: func() any { return make(chan reply, 1) }}
 
 // add registers a waiter for id.

@@ -9,8 +9,8 @@ import (
 // newUUID returns a random (version 4) UUID, as uuid.NewString does, with
 // one allocation (the string) where uuid.NewString takes two: its random
 // bytes escape through the io.Reader it reads them from. Every message id
-// of the default marshaler is one: BenchmarkDispatch/impl=claimbus took 22
-// allocs/op with uuid.NewString, 21 with newUUID.
+// of the default marshaler is one: it saves one allocation per Dispatch
+// (BenchmarkDispatch/impl=claimbus, measured when it was added).
 func newUUID() string {
 	var u uuid.UUID
 	// crypto/rand.Read never fails: it ends the program instead.

@@ -26,8 +26,8 @@ type workers struct {
 
 // job is one command for a worker, handed over by value: neither a Dispatch
 // in process nor a subscription's message allocates a closure or a struct
-// per command for it (BenchmarkDispatch/impl=claimbus: 25 -> 22 allocs/op;
-// gochannel-transport: 49 -> 47).
+// per command for it (it saved two to three allocations per Dispatch in
+// BenchmarkDispatch, in process and over GoChannel, when it was added).
 type job struct {
 	msg    *message.Message
 	local  bool            // sent in process; else from a subscription
