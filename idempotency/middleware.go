@@ -212,18 +212,17 @@ func (m *Middleware) haltLock(ctx context.Context, p *middleware.Pipeline, err e
 	case ctx.Err() != nil:
 		p.Halt(fmt.Errorf("idempotency: lock on the idempotency key: %w", err))
 	default:
-		var msg string
-		switch middleware.StoreErrorCode(err) {
-		case middleware.CodeTimeout:
-			msg = fmt.Sprintf("waited more than %v for the run of this idempotency key ahead of this one, try again", m.timeout)
-		case middleware.CodeInvalid:
-			msg = invalidKeyMessage
-		case middleware.CodeLocked:
-			msg = "the run of this idempotency key ahead of this one holds it, try again"
-		default:
-			msg = "cannot take the idempotency key now, try again"
-		}
-		p.Halt(middleware.RejectStoreError(err, "", "%s", msg))
+		p.Halt(middleware.RejectStoreErrorBy(err, "", func(code string) string {
+			switch code {
+			case middleware.CodeTimeout:
+				return fmt.Sprintf("waited more than %v for the run of this idempotency key ahead of this one, try again", m.timeout)
+			case middleware.CodeInvalid:
+				return invalidKeyMessage
+			case middleware.CodeLocked:
+				return "the run of this idempotency key ahead of this one holds it, try again"
+			}
+			return "cannot take the idempotency key now, try again"
+		}))
 	}
 }
 

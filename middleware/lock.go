@@ -203,22 +203,22 @@ func (m *lockMiddleware) BeforeDispatch(ctx context.Context, p *Pipeline) {
 // err: a store's error can name a server, a port or a user, and the
 // message crosses the wire.
 func (m *lockMiddleware) rejection(ctx context.Context, key lockstore.Key, err error) error {
-	var msg string
-	switch code := StoreErrorCode(err); {
-	case code == CodeLocked:
-		msg = fmt.Sprintf("%s is locked", key)
-	case code == CodeInvalid:
-		msg = fmt.Sprintf("%s cannot be locked: its id is empty, too long or not UTF-8", key)
-	case ctx.Err() != nil:
+	if code := StoreErrorCode(err); code != CodeLocked && code != CodeInvalid && ctx.Err() != nil {
 		return nil //nolint:nilerr // the sender went away: no rejection, the runner skips the handler
-	case errors.Is(err, context.DeadlineExceeded):
-		msg = fmt.Sprintf("%s still locked after %v", key, m.wait)
-	case code == CodeTimeout:
-		msg = fmt.Sprintf("%s stayed locked past the lock store's timeout, try again", key)
-	default:
-		msg = fmt.Sprintf("cannot lock %s now, try again", key)
 	}
-	return RejectStoreError(err, "", "%s", msg)
+	return RejectStoreErrorBy(err, "", func(code string) string {
+		switch {
+		case code == CodeLocked:
+			return fmt.Sprintf("%s is locked", key)
+		case code == CodeInvalid:
+			return fmt.Sprintf("%s cannot be locked: its id is empty, too long or not UTF-8", key)
+		case errors.Is(err, context.DeadlineExceeded):
+			return fmt.Sprintf("%s still locked after %v", key, m.wait)
+		case code == CodeTimeout:
+			return fmt.Sprintf("%s stayed locked past the lock store's timeout, try again", key)
+		}
+		return fmt.Sprintf("cannot lock %s now, try again", key)
+	})
 }
 
 // AfterDispatch releases the locks.

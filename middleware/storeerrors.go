@@ -8,9 +8,10 @@ import (
 )
 
 // storeCodes is the one table from a store's errors to rejection codes,
-// first match wins; every other error is CodeUnavailable. Beside each code
-// is the lockstore sentinel of the same meaning, which a halt with that
-// code matches on this node whatever its cause (see RejectStoreError).
+// first match wins; every other error is CodeUnavailable. storeSentinels
+// maps a code back to the lockstore sentinel of the same meaning, which a
+// halt with that code matches on this node whatever its cause (see
+// RejectStoreError); invalid has none, its cause is the key's own error.
 var storeCodes = []struct {
 	err  error
 	code string
@@ -66,11 +67,21 @@ func StoreErrorCode(err error) string {
 // rejection alone, which matches its code's sentinel (ErrTimeout).
 func RejectStoreError(err error, field, format string, args ...any) error {
 	code := StoreErrorCode(err)
-	return &causedRejection{
-		Rejection: Reject(code, field, format, args...),
-		cause:     err,
-		same:      storeSentinels[code],
-	}
+	return rejectStore(err, code, Reject(code, field, format, args...))
+}
+
+// RejectStoreErrorBy is RejectStoreError with the message chosen by the
+// code: message is called once, with StoreErrorCode(err), for a middleware
+// that says each code its own way.
+func RejectStoreErrorBy(err error, field string, message func(code string) string) error {
+	code := StoreErrorCode(err)
+	return rejectStore(err, code, Reject(code, field, "%s", message(code)))
+}
+
+// rejectStore is the halt reason of a store error err with code and its
+// rejection r (see RejectStoreError).
+func rejectStore(err error, code string, r *Rejection) error {
+	return &causedRejection{Rejection: r, cause: err, same: storeSentinels[code]}
 }
 
 // causedRejection is a rejection built from a local error, the one type of

@@ -132,3 +132,22 @@ func TestRejectStoreErrorText(t *testing.T) {
 	err = middleware.RejectStoreError(fmt.Errorf("%w: held on node 2", lockstore.ErrLocked), "id", "t1 is locked")
 	require.EqualError(t, err, "locked: id: t1 is locked: lockstore: locked: held on node 2")
 }
+
+// RejectStoreErrorBy asks for the message of the error's code, once, and
+// halts as RejectStoreError does.
+func TestRejectStoreErrorBy(t *testing.T) {
+	t.Parallel()
+	cause := fmt.Errorf("%w: node 2", lockstore.ErrTimeout)
+	var codes []string
+	err := middleware.RejectStoreErrorBy(cause, "email", func(code string) string {
+		codes = append(codes, code)
+		return "waited too long for email"
+	})
+	require.Equal(t, []string{middleware.CodeTimeout}, codes)
+	require.Equal(t, middleware.RejectStoreError(cause, "email", "waited too long for email").Error(), err.Error())
+	var rej *middleware.Rejection
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, "email", rej.Field)
+	require.ErrorIs(t, err, middleware.ErrTimeout)
+	require.ErrorIs(t, err, cause)
+}

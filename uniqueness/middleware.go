@@ -401,14 +401,14 @@ func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets [
 	case ctx.Err() != nil:
 		p.Halt(fmt.Errorf("uniqueness: claim on field %s: %w", field, err))
 	default:
-		p.Halt(middleware.RejectStoreError(err, field, "%s", storeMessage(err, field, m.timeout)))
+		p.Halt(middleware.RejectStoreErrorBy(err, field, func(code string) string { return storeMessage(code, field, m.timeout) }))
 	}
 }
 
-// storeMessage is the message of the rejection of a claim on field that
-// failed with err (see middleware.RejectStoreError for its code).
-func storeMessage(err error, field string, timeout time.Duration) string {
-	switch middleware.StoreErrorCode(err) {
+// storeMessage is the message of the rejection with code of a claim on
+// field whose store failed (see middleware.RejectStoreErrorBy).
+func storeMessage(code, field string, timeout time.Duration) string {
+	switch code {
 	case middleware.CodeTimeout:
 		return fmt.Sprintf("waited more than %v to claim %s: another command holds it, try again", timeout, field)
 	case middleware.CodeInvalid:
