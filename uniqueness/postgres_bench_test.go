@@ -29,7 +29,8 @@ const pgBenchSenders = 64
 const pgBenchConns = 16
 
 // BenchmarkPostgresStorm compares, with pgBenchSenders concurrent senders
-// of distinct emails on one PostgreSQL database:
+// of distinct emails on one PostgreSQL database whose staff table starts
+// with stormTableRows analyzed rows (see newStormTable):
 //   - floor: a bare INSERT ... ON CONFLICT DO NOTHING on the unique index,
 //     the least PostgreSQL does to enforce uniqueness;
 //   - runner: CreateStaff run through a middleware.Runner with the
