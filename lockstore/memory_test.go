@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 )
@@ -22,13 +23,7 @@ func key(id string) lockstore.Key { return lockstore.Key{Namespace: "transfer", 
 // await returns what arrives on ch within lockstoretest.Timeout.
 func await[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(lockstoretest.Timeout):
-		t.Fatalf("%s: nothing within %s", what, lockstoretest.Timeout)
-		panic("unreachable")
-	}
+	return testwait.Recv(t, ch, lockstoretest.Timeout, "%s", what)
 }
 
 type lockResult struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -225,12 +226,7 @@ func checkSend(e *env) {
 	require.NoError(t, s.bus.Send(e.ctx, &echo{Text: "two"}))
 	seen := map[string]bool{}
 	for range 3 {
-		select {
-		case v := <-got:
-			seen[v] = true
-		case <-time.After(waitFor):
-			t.Fatal("a sent command was not handled")
-		}
+		seen[recv(t, got, "a sent command to be handled")] = true
 	}
 	require.Equal(t, map[string]bool{"one": true, "two": true, "fail": true}, seen)
 	require.Zero(t, s.bus.Pending())
@@ -270,11 +266,7 @@ func checkTimeout(e *env) {
 		_, err := bus.Dispatch[int](ctx, s.bus, &block{ID: 1})
 		errc <- err
 	}()
-	select {
-	case <-started:
-	case <-time.After(waitFor):
-		t.Fatal("the handler never started")
-	}
+	recv(t, started, "the handler to start")
 	err := <-errc
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, middleware.ErrTimeout)
@@ -379,13 +371,9 @@ func checkUnknownAndPoison(e *env) {
 	require.NoError(t, h.cfg.Publisher.Publish("command.all", garbage))
 	reasons := map[string]string{}
 	for range 3 {
-		select {
-		case pm := <-poison:
-			reasons[pm.UUID] = pm.Metadata.Get(bus.MetadataPoisonReason)
-			pm.Ack()
-		case <-time.After(waitFor):
-			t.Fatal("no poison message")
-		}
+		pm := recv(t, poison, "a poison message")
+		reasons[pm.UUID] = pm.Metadata.Get(bus.MetadataPoisonReason)
+		pm.Ack()
 	}
 	require.Len(t, reasons, 3)
 	require.Contains(t, reasons[unknown.UUID], `unknown command ""`)
@@ -523,13 +511,9 @@ func checkCloseFailsPending(e *env) {
 	}()
 	require.Eventually(t, func() bool { return n.bus.Pending() == 1 }, waitFor, time.Millisecond, "the dispatch to wait")
 	require.NoError(t, n.bus.Close())
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, bus.ErrClosed)
-		require.ErrorContains(t, err, "bustest.orphan")
-	case <-time.After(waitFor):
-		t.Fatal("Dispatch did not return at Close")
-	}
+	err := recv(t, done, "Dispatch to return at Close")
+	require.ErrorIs(t, err, bus.ErrClosed)
+	require.ErrorContains(t, err, "bustest.orphan")
 	require.Zero(t, n.bus.Pending())
 }
 
@@ -900,12 +884,7 @@ func checkWaitsForHandler(e *env) {
 			return struct{}{}, nil
 		}))
 	})
-	select {
-	case v := <-got:
-		require.Equal(t, "early", v)
-	case <-time.After(waitFor):
-		t.Fatal("the early command was not handled")
-	}
+	require.Equal(t, "early", recv(t, got, "the early command to be handled"))
 }
 
 // A handler that never answers, as on a node that hangs or died before it
@@ -999,14 +978,7 @@ func checkLoss(e *env) {
 // recv receives from ch, failing t after waitFor (what names the wait).
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitFor):
-		t.Fatalf("no %s within %v", what, waitFor)
-		var zero T
-		return zero
-	}
+	return testwait.Recv(t, ch, waitFor, "%s", what)
 }
 
 // offer sends v on ch unless ch is full: a hook or handler run again by a

@@ -95,7 +95,7 @@ var layers = map[string]rule{
 
 	// Exported test support: the contract it checks, nothing of a backend.
 	"lockstore/lockstoretest": {
-		may: []string{"lockstore"},
+		may: []string{"lockstore", "internal/testwait"},
 		why: "the lockstore conformance suite: the contract only, so every backend can run it",
 	},
 	"claimstore/claimstoretest": {
@@ -103,7 +103,7 @@ var layers = map[string]rule{
 		why: "the claimstore conformance suite: the contract only, so every backend can run it",
 	},
 	"bus/bustest": {
-		may: []string{"bus", "middleware", "lockstore", "claimstore", "uniqueness"},
+		may: []string{"bus", "middleware", "lockstore", "claimstore", "uniqueness", "internal/testwait"},
 		why: "the transport suite and test support for users: a bus on memory stores, no backend",
 	},
 	"telemetry/telemetrytest": {

@@ -36,3 +36,19 @@ func TestUntilFailsAfterTheTimeout(t *testing.T) {
 	testwait.Until(rec, 20*time.Millisecond, time.Millisecond, func() bool { return rec.failed != "" }, "the %s", "impossible")
 	require.Equal(t, "timed out after 20ms waiting until the impossible", rec.failed)
 }
+
+func TestRecvReturnsTheValue(t *testing.T) {
+	t.Parallel()
+	ch := make(chan int, 1)
+	ch <- 7
+	rec := &recorder{TB: t}
+	require.Equal(t, 7, testwait.Recv(rec, ch, time.Minute, "a value"))
+	require.Empty(t, rec.failed)
+}
+
+func TestRecvFailsAfterTheTimeout(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{TB: t}
+	require.Zero(t, testwait.Recv(rec, make(chan int), 20*time.Millisecond, "the %s", "answer"))
+	require.Equal(t, "timed out after 20ms waiting for the answer", rec.failed)
+}

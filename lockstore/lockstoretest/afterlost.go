@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -40,11 +41,7 @@ func signal() (f func(), ran <-chan struct{}, calls *atomic.Int32) {
 // awaitRun waits for ran to close, failing the test after Timeout.
 func (b *bundle) awaitRun(ran <-chan struct{}, what string) {
 	b.t.Helper()
-	select {
-	case <-ran:
-	case <-time.After(Timeout):
-		b.t.Fatalf("%s did not run within %v", what, Timeout)
-	}
+	testwait.Recv(b.t, ran, Timeout, "%s to run", what)
 }
 
 func testAfterLostLockIsLostNotifier(b *bundle) {

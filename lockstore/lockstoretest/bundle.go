@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -92,15 +93,7 @@ func (b *bundle) goLock(ctx context.Context, key lockstore.Key) <-chan result {
 // arrives within Timeout.
 func (b *bundle) await(ch <-chan result, what string) result {
 	b.t.Helper()
-	timer := time.NewTimer(Timeout)
-	defer timer.Stop()
-	select {
-	case r := <-ch:
-		return r
-	case <-timer.C:
-		b.t.Fatalf("%s: Lock did not return within %s", what, Timeout)
-		return result{}
-	}
+	return testwait.Recv(b.t, ch, Timeout, "%s: Lock to return", what)
 }
 
 // awaitLock is await for a call that must be granted.

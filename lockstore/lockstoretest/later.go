@@ -1,10 +1,9 @@
 package lockstoretest
 
 import (
-	"time"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -26,14 +25,9 @@ func (b *bundle) releaseLater(l lockstore.Lock) error {
 	b.t.Helper()
 	done := make(chan error, 2)
 	lockstore.ReleaseLater(b.ctx, l, func(err error) { done <- err })
-	select {
-	case err := <-done:
-		require.Empty(b.t, done, "done called twice")
-		return err
-	case <-time.After(Timeout):
-		b.t.Fatalf("ReleaseLater's done was not called within %v", Timeout)
-		return nil
-	}
+	err := testwait.Recv(b.t, done, Timeout, "ReleaseLater's done")
+	require.Empty(b.t, done, "done called twice")
+	return err
 }
 
 func testReleaseLaterFreesTheKey(b *bundle) {

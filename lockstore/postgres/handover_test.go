@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -20,13 +21,7 @@ import (
 // Release that never returns is a defect, not a slow test).
 func awaitErr(t *testing.T, errs <-chan error, what string) error {
 	t.Helper()
-	select {
-	case err := <-errs:
-		return err
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s: no result within 20s", what)
-		return nil
-	}
+	return testwait.Recv(t, errs, 20*time.Second, "%s's result", what)
 }
 
 // freeOn waits until other, another store on the same database, takes key,
@@ -357,16 +352,11 @@ func TestHandoverConnectionKilledBeforeRenew(t *testing.T) {
 	require.Zero(t, s.handoffs.pending.Load(), "the connection's drop took the release")
 	freeOn(ctx, t, other, key)
 	s.queue.pass(l.id)
-	select {
-	case w := <-waited:
-		if w.err != nil {
-			require.ErrorIs(t, w.err, lockstore.ErrUnavailable)
-		} else {
-			require.Greater(t, w.l.Token(), l.Token())
-			require.NoError(t, w.l.Release(ctx))
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter never got its turn")
+	if w := testwait.Recv(t, waited, 20*time.Second, "the waiter's turn"); w.err != nil {
+		require.ErrorIs(t, w.err, lockstore.ErrUnavailable)
+	} else {
+		require.Greater(t, w.l.Token(), l.Token())
+		require.NoError(t, w.l.Release(ctx))
 	}
 	require.Zero(t, s.Stats().Handovers)
 	waitFor(t, "reconnected", func() bool { return allUp(s) })

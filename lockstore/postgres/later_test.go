@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -40,14 +41,9 @@ func releasedLater(t *testing.T, l lockstore.Lock) <-chan error {
 // requireDone waits for the result of a ReleaseLater.
 func requireDone(t *testing.T, done <-chan error) error {
 	t.Helper()
-	select {
-	case err := <-done:
-		require.Empty(t, done, "done called twice")
-		return err
-	case <-time.After(20 * time.Second):
-		t.Fatal("ReleaseLater's done was not called")
-		return nil
-	}
+	err := testwait.Recv(t, done, 20*time.Second, "ReleaseLater's done")
+	require.Empty(t, done, "done called twice")
+	return err
 }
 
 // TestReleaseLaterRidesTheNextLock: an unlock of ReleaseLater waits for

@@ -189,8 +189,10 @@ func (c *lockConn) submit(r *request) error {
 		defer c.s.rebalance()
 	}
 	if r.kind == unlockRequest {
-		// A handover that found nobody unlocks for real: the lock is an
-		// ordinary one being released again (drop passes its turn).
+		// A handover that found nobody unlocks for real (unlockHandedOver):
+		// the lock is an ordinary one being released again, and drop passes
+		// its turn. Cleared here, under c.mu with the queueing, so that no
+		// drop sees the lock neither handed over nor queued.
 		r.lock.handedOver = false
 	}
 	if r.lazy {
