@@ -74,6 +74,32 @@ func newClaimer(t *testing.T, cfg lockstore.MemoryConfig) (*lockstore.Memory, *C
 	return store, NewClaimer(store), newTable()
 }
 
+// silentLocker is a Locker whose locks never tell of their loss: their
+// Lost is nil, and they are no afterlost watchers (see lockstore.AfterLost).
+type silentLocker struct{ lockstore.Locker }
+
+func (l silentLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	lk, err := l.Locker.TryLock(ctx, key)
+	return silence(lk), err
+}
+
+func (l silentLocker) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	lk, err := l.Locker.Lock(ctx, key)
+	return silence(lk), err
+}
+
+func silence(lk lockstore.Lock) lockstore.Lock {
+	if lk == nil {
+		return nil
+	}
+	return silentLock{lk}
+}
+
+// silentLock is a lock of silentLocker.
+type silentLock struct{ lockstore.Lock }
+
+func (silentLock) Lost() <-chan struct{} { return nil }
+
 // notTaken is a lookup that finds every value free.
 func notTaken(context.Context) (bool, error) { return false, nil }
 
@@ -590,7 +616,10 @@ func TestWatchLost(t *testing.T) {
 	t.Run("reported at once to a claimant granted next", func(t *testing.T) {
 		t.Parallel()
 		clock := lockstoretest.NewClock(time.Unix(1_700_000_000, 0))
-		store, c, _ := newClaimer(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
+		store := newMemory(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
+		// Locks that never report their loss themselves (Lost is nil), so
+		// that the next claimant's grant is what reports it.
+		c := NewClaimer(silentLocker{store})
 		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()
