@@ -39,6 +39,11 @@ func newMessagePipeline(msg *message.Message, cmd any, name string) *Pipeline {
 type outcome struct {
 	onResult         ResultFunc
 	ackHandlerErrors bool
+	answers          bool // onResult answers requestreply senders
+}
+
+func newOutcome(onResult ResultFunc, ackHandlerErrors bool) outcome {
+	return outcome{onResult: onResult, ackHandlerErrors: ackHandlerErrors, answers: answers(onResult)}
 }
 
 // run carries p through runner and h, calls onResult in the after hooks'
@@ -46,6 +51,7 @@ type outcome struct {
 // nil for a halted command; the command's error unless ackHandlerErrors.
 func (o outcome) run(ctx context.Context, r *Runner, msg *message.Message, p *Pipeline, h HandlerFunc) error {
 	var resErr error
+	p.answers = o.answers
 	_, err := r.run(ctx, p, h, func(actx context.Context) {
 		res, _ := p.Response()
 		resErr = o.result(actx, msg, res, p.err)

@@ -39,7 +39,7 @@ func (c HandlerConfig) Validate() error {
 }
 
 func (c HandlerConfig) outcome() outcome {
-	return outcome{onResult: c.OnResult, ackHandlerErrors: c.AckHandlerErrors}
+	return newOutcome(c.OnResult, c.AckHandlerErrors)
 }
 
 // OnHandle returns a cqrs.CommandProcessorConfig.OnHandle that runs the
@@ -72,8 +72,8 @@ func OnHandle(cfg HandlerConfig) (cqrs.CommandProcessorOnHandleFn, error) {
 
 // WrapHandler returns h with the pipeline run around its Handle: the most
 // portable plug, it works with any processor and composes with Watermill's
-// requestreply handlers (wrap those, and answer halted commands with
-// ReplyUnhandled). The wrapper keeps h's HandlerName and NewCommand.
+// requestreply handlers (wrap those, with a RequestReply's HandlerConfig).
+// The wrapper keeps h's HandlerName and NewCommand.
 //
 // The pipeline's ids and metadata come from the message the cqrs
 // processor puts in the context (cqrs.OriginalMessageFromCtx); called

@@ -34,22 +34,21 @@
 //
 // Each adapter calls its ResultFunc once per run with the outcome, halts
 // included: the bus package answers its senders there. For senders using
-// Watermill's requestreply, ReplyMarshaler keeps a rejection a *Rejection
-// across the wire (errors.Is(reply.Error, ErrAlreadyTaken) holds), and
-// ReplyUnhandled answers the commands that never reached the handler, whose
-// senders would otherwise wait until their context ends:
+// Watermill's requestreply, a RequestReply is the backend of the handlers
+// and the senders, and its configs make the adapter answer them:
 //
-//	backend, _ := requestreply.NewPubSubBackend(backendConfig, middleware.ReplyMarshaler[Result]{})
-//	mw, _ := middleware.RouterMiddleware(middleware.RouterConfig{
-//		Runner:           runner,
-//		Registry:         registry,
-//		OnResult:         middleware.ReplyUnhandled[Result](backend),
-//		AckHandlerErrors: true, // a handler error is an answer, not a redelivery
-//	})
-//	router.AddMiddleware(mw)
+//	rr, _ := middleware.NewRequestReply[Result](backendConfig)
+//	handler := requestreply.NewCommandHandlerWithResult("create_staff", rr, createStaff)
+//	onHandle, _ := middleware.OnHandle(rr.HandlerConfig(runner))
+//	// ... then requestreply.SendWithReply[Result](ctx, commandBus, rr, cmd)
 //
-// Leave the backend's AckCommandErrors false, so that the runner sees a
-// handler's error (and runs AfterFailure); the adapter acks it.
+// A handler's error reaches the runner, which runs AfterFailure (a
+// reservation is cancelled, no outcome is stored) and logs it; the sender
+// gets the reply once the after hooks are done, with the command's error
+// (ReplyMarshaler keeps a rejection a *Rejection, so errors.Is(reply.Error,
+// ErrAlreadyTaken) holds), and halted commands are answered too. The
+// adapter acks a failed command (AckHandlerErrors): the error was the
+// answer.
 //
 // # Built-in middleware
 //

@@ -61,8 +61,8 @@ var (
 	ErrDuplicateCommand = errors.New("middleware: command name registered twice")
 
 	// ErrIncompleteRequestReply is reported by the Validate of a config
-	// that answers requestreply senders (ReplyUnhandled) without acking
-	// handler errors: use NewRequestReply, which sets up both.
+	// that answers requestreply senders (a RequestReply's) without acking
+	// handler errors: use RequestReply.HandlerConfig or RouterConfig.
 	ErrIncompleteRequestReply = errors.New("middleware: incomplete requestreply set-up")
 	// ErrUnhandledCommandType is returned where a pipeline is built (the
 	// bus's Start, RouterMiddleware) for a command type a middleware acts on

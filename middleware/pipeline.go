@@ -35,6 +35,9 @@ type Pipeline struct {
 	halted    bool
 	handled   bool
 	err       error
+	// answers: the adapter running p answers requestreply senders, so a
+	// requestreply handler leaves its reply to it (RequestReply).
+	answers bool
 
 	// after is the state of the run's after hooks, kept here rather than
 	// allocated per run (one allocation per Dispatch fewer in

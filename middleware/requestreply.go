@@ -67,112 +67,144 @@ func (ReplyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Repl
 	return reply, nil
 }
 
-// ReplyUnhandled returns a ResultFunc that answers the senders waiting
-// through backend (requestreply.SendWithReply) for the commands whose
-// handler did not return: halted by a hook, skipped because the context
-// was done, or rejected undecodable. A handler that returned has answered
-// through backend already: Watermill's requestreply.NewCommandHandler and
-// NewCommandHandlerWithResult reply after the handler function, so wrap
-// those (WrapHandler, OnHandle, RouterMiddleware) and give the adapter this
-// ResultFunc. Without it, a halted command's sender waits until its context
-// ends.
+// RequestReply answers Watermill requestreply senders from the pipeline. It
+// is the requestreply.Backend to give requestreply.NewCommandHandler,
+// NewCommandHandlerWithResult and SendWithReply, and it builds the adapter
+// configs (HandlerConfig, RouterConfig) that answer through it.
 //
-// The reply carries the command's error (use ReplyMarshaler so that a
-// rejection stays a *Rejection) and the response when it is an R. Messages
-// sent without waiting (no operation id) get no reply. A reply that cannot
-// be published is an error: the adapter nacks the command, which comes
-// again and is answered again.
+// Under an adapter, a requestreply handler's answer waits for the run to
+// end: the handler's error reaches the runner (so AfterFailure runs: a
+// reservation is cancelled, no outcome is stored, the failure is logged),
+// and the sender gets the reply after the after hooks, with the command's
+// final error, once an idempotency outcome is stored. A command the
+// handler did not answer (halted by a hook, skipped because its context
+// was done, rejected undecodable, or handled by a plain cqrs handler) is
+// answered with the pipeline's response and error. A repeat answered from
+// an idempotency store gets the first run's result, decoded into R.
 //
-// NewRequestReply sets all of this up in one call; a config that uses this
-// ResultFunc without AckHandlerErrors is refused by its Validate.
-func ReplyUnhandled[R any](backend requestreply.Backend[R]) ResultFunc {
-	f := func(ctx context.Context, msg *message.Message, result any, err error) error {
-		var cmd any
-		if p, ok := PipelineFromContext(ctx); ok {
-			if p.Handled() {
-				return nil
-			}
-			cmd = p.Command
-		}
-		if msg == nil || msg.Metadata.Get(requestreply.OperationIDMetadataKey) == "" {
-			return nil
-		}
-		res, _ := result.(R)
-		perr := backend.OnCommandProcessed(ctx, requestreply.BackendOnCommandProcessedParams[R]{
-			Command:        cmd,
-			CommandMessage: msg,
-			HandlerResult:  res,
-			HandleErr:      err,
-		})
-		// The PubSubBackend returns the command's own error to nack it
-		// unless told to ack: the adapter decides that, not the reply.
-		if perr != nil && (err == nil || !errors.Is(perr, err)) {
-			return fmt.Errorf("middleware: cannot answer command %s: %w", msg.UUID, perr)
-		}
-		return nil
-	}
-	replyUnhandledFuncs.Store(reflect.ValueOf(f).Pointer(), struct{}{})
-	return f
-}
-
-// replyUnhandledFuncs holds the code pointers of the functions
-// ReplyUnhandled returns (one per instantiation shape), so that Validate
-// can tell one from other ResultFuncs.
-var replyUnhandledFuncs sync.Map
-
-// repliesWithoutAck reports the mistake of answering requestreply senders
-// (ReplyUnhandled) without acking handler errors: the command is nacked,
-// redelivered and answered again, forever on GoChannel.
-func repliesWithoutAck(onResult ResultFunc, ack bool) error {
-	if onResult == nil || ack {
-		return nil
-	}
-	if _, ok := replyUnhandledFuncs.Load(reflect.ValueOf(onResult).Pointer()); !ok {
-		return nil
-	}
-	return fmt.Errorf("%w: OnResult answers requestreply senders (ReplyUnhandled) but AckHandlerErrors is false: "+
-		"a failed command would be nacked, redelivered and answered again; set AckHandlerErrors, or build the config with NewRequestReply",
-		ErrIncompleteRequestReply)
-}
-
-// RequestReply is this package set up for Watermill's requestreply in one
-// call: a PubSubBackend whose replies keep rejections as data
-// (ReplyMarshaler) and that acks handler errors (they are answers), and
-// adapter configs that answer the senders of halted commands
-// (ReplyUnhandled) and ack handler errors (AckHandlerErrors). Leaving out
-// any of the three makes senders get plain errors, wait until their
-// deadline, or get answered again on each redelivery.
+// The reply is encoded by ReplyMarshaler, so that a rejection stays a
+// *Rejection on the sender's side. Messages sent without waiting (no
+// operation id) get no reply. A reply that cannot be published is an
+// error: the adapter nacks the command, which comes again and is answered
+// again. Outside an adapter's run, a handler answers at once, as with
+// Watermill's PubSubBackend.
 type RequestReply[R any] struct {
-	backend *requestreply.PubSubBackend[R]
+	backend  requestreply.Backend[R]
+	answerFn ResultFunc // rr.answer, as the adapters' configs get it
 }
 
-// NewRequestReply returns the requestreply set-up whose backend is built
-// from cfg, with ReplyMarshaler[R] and cfg.AckCommandErrors set. Use its
-// Backend with requestreply.NewCommandHandlerWithResult and
-// requestreply.SendWithReply, and its HandlerConfig or RouterConfig for the
-// adapters.
+var _ requestreply.Backend[struct{}] = (*RequestReply[struct{}])(nil)
+
+// NewRequestReply returns the requestreply set-up whose replies travel on
+// a PubSubBackend built from cfg with ReplyMarshaler[R]. cfg's
+// AckCommandErrors applies only to handlers that run outside the
+// pipeline: under an adapter the handler's error always reaches the
+// runner, and the adapter acks it (AckHandlerErrors).
 func NewRequestReply[R any](cfg requestreply.PubSubBackendConfig) (*RequestReply[R], error) {
-	cfg.AckCommandErrors = true
 	b, err := requestreply.NewPubSubBackend[R](cfg, ReplyMarshaler[R]{})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: NewRequestReply: %w", err)
 	}
-	return &RequestReply[R]{backend: b}, nil
+	return newRequestReply[R](b), nil
 }
 
-// Backend is the requestreply backend, for requestreply's handlers and
-// senders.
-func (rr *RequestReply[R]) Backend() *requestreply.PubSubBackend[R] { return rr.backend }
+func newRequestReply[R any](b requestreply.Backend[R]) *RequestReply[R] {
+	rr := &RequestReply[R]{backend: b}
+	rr.answerFn = rr.answer
+	answerFuncs.Store(reflect.ValueOf(rr.answerFn).Pointer(), struct{}{})
+	return rr
+}
+
+// ListenForNotifications waits for the reply of a command sent with
+// requestreply.SendWithReply.
+func (rr *RequestReply[R]) ListenForNotifications(ctx context.Context, params requestreply.BackendListenForNotificationsParams) (<-chan requestreply.Reply[R], error) {
+	return rr.backend.ListenForNotifications(ctx, params)
+}
+
+// OnCommandProcessed is called by requestreply's handlers once the handler
+// function returned. Within the run of that command by an adapter that
+// answers through a RequestReply, it keeps the result as the pipeline's
+// response, leaves the reply to the adapter, and returns the handler's
+// error, so that the runner sees it. Otherwise it replies at once.
+func (rr *RequestReply[R]) OnCommandProcessed(ctx context.Context, params requestreply.BackendOnCommandProcessedParams[R]) error {
+	p, ok := PipelineFromContext(ctx)
+	if !ok || !p.answers || params.CommandMessage == nil || p.CommandUUID != params.CommandMessage.UUID {
+		return rr.backend.OnCommandProcessed(ctx, params)
+	}
+	p.Respond(params.HandlerResult)
+	return params.HandleErr
+}
+
+// answer is the adapters' ResultFunc: it replies to the sender of msg, if
+// one waits, with the command's response and error.
+func (rr *RequestReply[R]) answer(ctx context.Context, msg *message.Message, result any, err error) error {
+	if msg == nil || msg.Metadata.Get(requestreply.OperationIDMetadataKey) == "" {
+		return nil
+	}
+	var cmd any
+	if p, ok := PipelineFromContext(ctx); ok {
+		cmd = p.Command
+	}
+	var res R
+	switch v := result.(type) {
+	case json.RawMessage:
+		// A repeat answered from an idempotency store: the first run's
+		// result, stored as JSON.
+		if uerr := json.Unmarshal(v, &res); uerr != nil && err == nil {
+			err = fmt.Errorf("middleware: the stored result of command %s does not decode as %T: %w", msg.UUID, res, uerr)
+		}
+	case R:
+		res = v
+	}
+	perr := rr.backend.OnCommandProcessed(ctx, requestreply.BackendOnCommandProcessedParams[R]{
+		Command:        cmd,
+		CommandMessage: msg,
+		HandlerResult:  res,
+		HandleErr:      err,
+	})
+	// The PubSubBackend returns the command's own error to nack it unless
+	// told to ack: the adapter decides that, not the reply.
+	if perr != nil && (err == nil || !errors.Is(perr, err)) {
+		return fmt.Errorf("middleware: cannot answer command %s: %w", msg.UUID, perr)
+	}
+	return nil
+}
+
+// answerFuncs holds the code pointers of the RequestReply answerFns, so
+// that Validate can tell them from other ResultFuncs.
+var answerFuncs sync.Map
+
+// answers reports whether onResult answers requestreply senders (it is a
+// RequestReply's).
+func answers(onResult ResultFunc) bool {
+	if onResult == nil {
+		return false
+	}
+	_, ok := answerFuncs.Load(reflect.ValueOf(onResult).Pointer())
+	return ok
+}
+
+// repliesWithoutAck reports the mistake of answering requestreply senders
+// without acking handler errors: the command would be nacked, redelivered
+// and answered again, possibly with another outcome than the sender got.
+func repliesWithoutAck(onResult ResultFunc, ack bool) error {
+	if ack || !answers(onResult) {
+		return nil
+	}
+	return fmt.Errorf("%w: OnResult answers requestreply senders but AckHandlerErrors is false: "+
+		"a failed command would be nacked, redelivered and answered again; use RequestReply.HandlerConfig or RouterConfig",
+		ErrIncompleteRequestReply)
+}
 
 // HandlerConfig returns the config of OnHandle or WrapHandler for runner,
-// answering the senders of halted commands and acking handler errors.
+// answering requestreply senders through rr and acking handler errors.
 func (rr *RequestReply[R]) HandlerConfig(runner *Runner) HandlerConfig {
-	return HandlerConfig{Runner: runner, OnResult: ReplyUnhandled[R](rr.backend), AckHandlerErrors: true}
+	return HandlerConfig{Runner: runner, OnResult: rr.answerFn, AckHandlerErrors: true}
 }
 
 // RouterConfig returns the config of RouterMiddleware for runner and
-// registry, answering the senders of halted commands and acking handler
+// registry, answering requestreply senders through rr and acking handler
 // errors. Set its other fields (RejectUnknown, Logger) as needed.
 func (rr *RequestReply[R]) RouterConfig(runner *Runner, registry *Registry) RouterConfig {
-	return RouterConfig{Runner: runner, Registry: registry, OnResult: ReplyUnhandled[R](rr.backend), AckHandlerErrors: true}
+	return RouterConfig{Runner: runner, Registry: registry, OnResult: rr.answerFn, AckHandlerErrors: true}
 }

@@ -59,7 +59,7 @@ func (b modifyingBus) SendWithModifiedMessage(ctx context.Context, cmd any, modi
 // pipeline plugged in one of the three ways.
 type requestReplyEnv struct {
 	bus        *cqrs.CommandBus
-	backend    *requestreply.PubSubBackend[StaffCreated]
+	backend    *middleware.RequestReply[StaffCreated]
 	deliveries *deliveries
 }
 
@@ -75,7 +75,7 @@ func startRequestReplyEnv(t *testing.T, plug string) *requestReplyEnv {
 	env := &requestReplyEnv{deliveries: newDeliveries()}
 	rr, err := middleware.NewRequestReply[StaffCreated](replyBackendConfig(replies))
 	require.NoError(t, err)
-	env.backend = rr.Backend()
+	env.backend = rr
 
 	runner := newRunner(t, middleware.Validate(), takenEmails)
 	handler := requestreply.NewCommandHandlerWithResult("create_staff", env.backend, createStaff)
@@ -331,50 +331,6 @@ func TestReplyMarshaler(t *testing.T) {
 	})
 }
 
-// TestReplyUnhandledSkipsSendersThatDoNotWait: a command sent without
-// requestreply has no operation id and gets no reply.
-func TestReplyUnhandledSkipsSendersThatDoNotWait(t *testing.T) {
-	t.Parallel()
-	backend := &countingBackend{}
-	fn := middleware.ReplyUnhandled[StaffCreated](backend)
-	require.NoError(t, fn(context.Background(), message.NewMessage("c1", nil), nil, middleware.ErrLocked))
-	require.NoError(t, fn(context.Background(), nil, nil, middleware.ErrLocked))
-	require.Zero(t, backend.calls)
-
-	msg := message.NewMessage("c2", nil)
-	msg.Metadata.Set(requestreply.OperationIDMetadataKey, "op-1")
-	require.NoError(t, fn(context.Background(), msg, StaffCreated{ID: "s"}, middleware.ErrLocked))
-	require.Equal(t, 1, backend.calls)
-	require.Equal(t, StaffCreated{ID: "s"}, backend.last.HandlerResult)
-	require.ErrorIs(t, backend.last.HandleErr, middleware.ErrLocked)
-
-	backend.fail = errors.New("broker down")
-	err := fn(context.Background(), msg, nil, middleware.ErrLocked)
-	require.ErrorIs(t, err, backend.fail)
-	require.ErrorContains(t, err, "c2")
-}
-
-// countingBackend is a requestreply.Backend that records what it answers.
-type countingBackend struct {
-	calls int
-	last  requestreply.BackendOnCommandProcessedParams[StaffCreated]
-	fail  error
-}
-
-func (b *countingBackend) ListenForNotifications(context.Context, requestreply.BackendListenForNotificationsParams) (<-chan requestreply.Reply[StaffCreated], error) {
-	return nil, errors.New("not used")
-}
-
-func (b *countingBackend) OnCommandProcessed(_ context.Context, params requestreply.BackendOnCommandProcessedParams[StaffCreated]) error {
-	b.calls++
-	b.last = params
-	if b.fail != nil {
-		return b.fail
-	}
-	// Like the PubSubBackend without AckCommandErrors.
-	return params.HandleErr
-}
-
 // replyBackendConfig is the requestreply backend config of replies on
 // ps's topic "replies".
 func replyBackendConfig(ps *gochannel.GoChannel) requestreply.PubSubBackendConfig {
@@ -398,16 +354,17 @@ func TestIncompleteRequestReplyIsRefused(t *testing.T) {
 	rr, err := middleware.NewRequestReply[StaffCreated](replyBackendConfig(replies))
 	require.NoError(t, err)
 	runner := newRunner(t)
-	handler := requestreply.NewCommandHandlerWithResult("create_staff", rr.Backend(), createStaff)
+	handler := requestreply.NewCommandHandlerWithResult("create_staff", rr, createStaff)
 
-	bare := middleware.HandlerConfig{Runner: runner, OnResult: middleware.ReplyUnhandled(rr.Backend())}
+	bare := rr.HandlerConfig(runner)
+	bare.AckHandlerErrors = false
 	_, err = middleware.OnHandle(bare)
 	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
 	_, err = middleware.WrapHandler(handler, bare)
 	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
 	_, err = middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: newRegistry(t), OnResult: bare.OnResult})
 	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
-	require.ErrorContains(t, err, "NewRequestReply")
+	require.ErrorContains(t, err, "RequestReply.HandlerConfig")
 
 	_, err = middleware.OnHandle(rr.HandlerConfig(runner))
 	require.NoError(t, err)

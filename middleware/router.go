@@ -95,7 +95,7 @@ func RouterMiddleware(cfg RouterConfig) (message.HandlerMiddleware, error) {
 	}
 	a := &routerAdapter{
 		cfg:    cfg,
-		out:    outcome{onResult: cfg.OnResult, ackHandlerErrors: cfg.AckHandlerErrors},
+		out:    newOutcome(cfg.OnResult, cfg.AckHandlerErrors),
 		logger: cfg.Logger,
 	}
 	if a.logger == nil {

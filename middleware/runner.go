@@ -168,11 +168,13 @@ func (a *afterRun) finish() {
 	}
 	if !a.finalCalled {
 		a.finalCalled = true
-		if a.final != nil {
-			a.final(withPipeline(&a.actx, a.p))
-		}
+		// The failure is logged before final answers the sender, so that
+		// the log holds it by the time the sender knows.
 		if l := a.r.failLog; l != nil && (a.p.err != nil || a.p.halted) {
 			logFailure(&a.actx, l, a.p)
+		}
+		if a.final != nil {
+			a.final(withPipeline(&a.actx, a.p))
 		}
 	}
 	a.actx.end()
