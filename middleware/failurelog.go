@@ -11,13 +11,19 @@ import (
 // error is lost silently, whichever adapter or bus runs the command.
 type FailureLog struct {
 	// Logger receives one record per command that does not succeed, when
-	// its run ends (after the last after hook):
-	//   - "command rejected" at Info: halted with an error, or failed with a
-	//     *Rejection (with its "code" and, when set, "field");
+	// its run ends (after the last after hook, before the sender is
+	// answered), at a level saying what an operator must do about it:
 	//   - "command halted as done" at Debug: halted with a nil error (a
 	//     redelivery whose work committed, a repeat answered from a store);
-	//   - "command failed" at Error: a handler error, a panic, a context
-	//     done before the handler;
+	//   - "command rejected" at Info: a business answer (already_taken,
+	//     invalid, locked, a claim's timeout...), with its "code" and, when
+	//     set, "field";
+	//   - "command unavailable" at Warn: a rejection with the unavailable
+	//     code, from a failed lookup or store;
+	//   - "command failed" at Error: a handler error, a context done before
+	//     the handler;
+	//   - "command panicked" at Error, with the "stack": a panic in a hook,
+	//     a handler or a lookup;
 	// each with "command", "command_id", "correlation_id" and "error".
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -41,17 +47,23 @@ func (f FailureLog) logger() *slog.Logger {
 func logFailure(ctx context.Context, l *slog.Logger, p *Pipeline) {
 	err := p.err
 	var rej *Rejection
+	var perr *PanicError
 	level, msg := slog.LevelError, "command failed"
 	switch {
+	case errors.As(err, &perr):
+		msg = "command panicked"
+		errors.As(err, &rej)
 	case p.halted && err == nil:
 		level, msg = slog.LevelDebug, "command halted as done"
-	case errors.As(err, &rej), p.halted:
+	case errors.As(err, &rej) && rej.Code == CodeUnavailable:
+		level, msg = slog.LevelWarn, "command unavailable"
+	case rej != nil, p.halted:
 		level, msg = slog.LevelInfo, "command rejected"
 	}
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 6)
+	attrs := make([]slog.Attr, 0, 7)
 	attrs = append(attrs,
 		slog.String("command", p.CommandName),
 		slog.String("command_id", p.CommandUUID),
@@ -64,6 +76,9 @@ func logFailure(ctx context.Context, l *slog.Logger, p *Pipeline) {
 	}
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	if perr != nil {
+		attrs = append(attrs, slog.String("stack", string(perr.Stack)))
 	}
 	l.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -25,6 +26,7 @@ func TestRunnerLogsFailures(t *testing.T) {
 		level   string
 		msg     string
 		code    string
+		stack   bool
 	}{
 		"rejected": {
 			hook: func(p *middleware.Pipeline) {
@@ -48,7 +50,26 @@ func TestRunnerLogsFailures(t *testing.T) {
 		},
 		"panic": {
 			handler: func(context.Context, *middleware.Pipeline) (any, error) { panic("boom") },
-			level:   "ERROR", msg: "command failed",
+			level:   "ERROR", msg: "command panicked", stack: true,
+		},
+		"a panicking lookup, rejected as unavailable": {
+			hook: func(p *middleware.Pipeline) {
+				perr := middleware.Recover("lookup", func() { panic("lookup boom") })
+				p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "email", "cannot check"), perr))
+			},
+			level: "ERROR", msg: "command panicked", code: "unavailable", stack: true,
+		},
+		"unavailable": {
+			hook: func(p *middleware.Pipeline) {
+				p.Halt(middleware.Reject(middleware.CodeUnavailable, "", "the lock store cannot be reached now"))
+			},
+			level: "WARN", msg: "command unavailable", code: "unavailable",
+		},
+		"claim timeout": {
+			hook: func(p *middleware.Pipeline) {
+				p.Halt(middleware.Reject(middleware.CodeTimeout, "email", "still claimed after 5s"))
+			},
+			level: "INFO", msg: "command rejected", code: "timeout",
 		},
 		"success": {},
 		"off": {
@@ -90,6 +111,11 @@ func TestRunnerLogsFailures(t *testing.T) {
 			require.Equal(t, "corr-1", rec["correlation_id"])
 			if tc.code != "" {
 				require.Equal(t, tc.code, rec["code"])
+			}
+			if tc.stack {
+				require.Contains(t, rec["stack"], "runtime/debug.Stack", "a panic is logged with its stack")
+			} else {
+				require.NotContains(t, rec, "stack")
 			}
 		})
 	}
