@@ -54,7 +54,9 @@
 //     the PostgreSQL lock store made with a context that carries a tracer
 //     (a handler's context does; elsewhere use StepTracer).
 //
-// A failed step has status Error and claimbus.step.failed=true.
+// A failed step has status Error and claimbus.step.failed=true. A step
+// that ends in a business answer (a claim wait ending in already_taken) has
+// not failed: it carries claimbus.rejection.code and no status.
 //
 // # Metrics
 //
@@ -69,7 +71,8 @@
 //   - claimbus.command.duration (histogram, s): claimbus.command.name,
 //     claimbus.outcome.
 //   - claimbus.claim.wait.duration (histogram, s): claimbus.field,
-//     claimbus.step.failed; one value per claim wait.
+//     claimbus.step.failed (false for a wait ending in already_taken); one
+//     value per claim wait.
 //   - claimbus.claim.hold.duration (histogram, s): claimbus.command.name;
 //     from the last claim granted to the release (measured, not a span:
 //     the command's span covers it).

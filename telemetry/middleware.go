@@ -81,8 +81,7 @@ func (t *Telemetry) end(p *middleware.Pipeline) {
 		attrs[n], attrs[n+1] = AttrRejectionCode.String(rej.Code), AttrRejectionField.String(rej.Field)
 		n += 2
 		t.inst.rejections.Add(c.ctx, 1, c.names.rejection(rej.Code, rej.Field)...)
-		if rej.Code == middleware.CodeUnavailable || rej.Code == middleware.CodeTimeout {
-			// Not the sender's mistake: trouble to look at.
+		if trouble(rej) {
 			span.SetStatus(codes.Error, err.Error())
 		}
 	default:
@@ -98,6 +97,12 @@ func (t *Telemetry) end(p *middleware.Pipeline) {
 	t.inst.commands.Add(c.ctx, 1, o.add...)
 	t.inst.commandDuration.Record(c.ctx, time.Since(c.start).Seconds(), o.record...)
 	span.End()
+}
+
+// trouble reports whether rej is not the sender's mistake but trouble to
+// look at: unavailable or a timeout.
+func trouble(rej *middleware.Rejection) bool {
+	return rej.Code == middleware.CodeUnavailable || rej.Code == middleware.CodeTimeout
 }
 
 // rejection returns the *middleware.Rejection in err's chain, or nil.
@@ -136,12 +141,19 @@ func (s *stepTracer) StartStep(ctx context.Context, step, detail string) (contex
 	ctx, span := s.t.tracer.Start(ctx, step, o.start...)
 	start := time.Now()
 	return ctx, func(err error) {
-		if err != nil {
+		// A business answer (already_taken) is the step's outcome, not its
+		// failure: the span records the code and keeps an unset status.
+		rej := rejection(err)
+		failed := err != nil && (rej == nil || trouble(rej))
+		switch {
+		case failed:
 			span.SetAttributes(AttrStepFailed.Bool(true))
 			span.SetStatus(codes.Error, err.Error())
+		case rej != nil:
+			span.SetAttributes(AttrRejectionCode.String(rej.Code))
 		}
 		if step == observe.StepClaimWait {
-			s.t.inst.claimWait.Record(ctx, time.Since(start).Seconds(), o.wait[boolIndex(err != nil)]...)
+			s.t.inst.claimWait.Record(ctx, time.Since(start).Seconds(), o.wait[boolIndex(failed)]...)
 		}
 		span.End()
 	}

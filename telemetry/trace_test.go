@@ -122,6 +122,20 @@ func TestTraceCrossesTransport(t *testing.T) {
 	childOf(t, waits[0].SpanContext(), lookup[0])
 	require.Empty(t, spansNamed(b.rec, observe.StepClaimHold), "the holding is measured, not a span")
 
+	// The duplicate's claim wait ended in already_taken: an answer, so no
+	// error status.
+	second := cmds[1].SpanContext()
+	waits = waits[:0]
+	for _, s := range spansNamed(b.rec, observe.StepClaimWait) {
+		if s.Parent().SpanID() == second.SpanID() {
+			waits = append(waits, s)
+		}
+	}
+	require.Len(t, waits, 1)
+	require.Equal(t, codes.Unset, waits[0].Status().Code, "already_taken is no span error")
+	require.Equal(t, middleware.CodeAlreadyTaken, attrs(waits[0])[telemetry.AttrRejectionCode].AsString())
+	require.False(t, attrs(waits[0])[telemetry.AttrStepFailed].AsBool())
+
 	// Node A made no command span: only the caller's.
 	require.Empty(t, spansNamed(a.rec, name))
 }
