@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/claimbus/claimbus/internal/wire"
 )
@@ -98,4 +99,32 @@ func (r *Rejection) Error() string {
 func (r *Rejection) Is(target error) bool {
 	t, ok := target.(*Rejection)
 	return ok && t.Code == r.Code
+}
+
+// HTTPStatus is the HTTP status that answers a command failing with err:
+// 409 Conflict for already_taken and idempotency_conflict, 422 for
+// invalid, 423 for locked, 504 for timeout, 503 for unavailable (send a
+// Retry-After with it), 500 for any other code or an error that is no
+// rejection, and 200 for nil. An app with codes of its own maps them first.
+func HTTPStatus(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	var rej *Rejection
+	if !errors.As(err, &rej) {
+		return http.StatusInternalServerError
+	}
+	switch rej.Code {
+	case CodeAlreadyTaken, CodeIdempotencyConflict:
+		return http.StatusConflict
+	case CodeInvalid:
+		return http.StatusUnprocessableEntity
+	case CodeLocked:
+		return http.StatusLocked
+	case CodeTimeout:
+		return http.StatusGatewayTimeout
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }
