@@ -1,0 +1,48 @@
+package idempotency
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/claimbus/claimbus/middleware"
+)
+
+// MetadataKey is the metadata key of a command message's idempotency key,
+// as OnSend and CQRSOnSend write it and FromMetadata reads it.
+const MetadataKey = "idempotency_key"
+
+type keyCtx struct{}
+
+// WithKey returns ctx carrying key, the idempotency key of the commands
+// sent with it: an HTTP handler puts a request's Idempotency-Key header
+// there, and OnSend or CQRSOnSend copies it into the command's metadata.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, keyCtx{}, key)
+}
+
+// OnSend is a bus.SendFunc (bus.Config.OnSend): it writes the idempotency
+// key ctx carries (WithKey), if any, into msg's metadata.
+func OnSend(ctx context.Context, msg *message.Message) {
+	key, _ := ctx.Value(keyCtx{}).(string)
+	if key == "" {
+		return
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = make(message.Metadata)
+	}
+	msg.Metadata.Set(MetadataKey, key)
+}
+
+// CQRSOnSend is a cqrs.CommandBusOnSendFn (cqrs.CommandBusConfig.OnSend):
+// it writes the idempotency key the sender's context carries (WithKey),
+// if any, into the command message's metadata.
+func CQRSOnSend(params cqrs.CommandBusOnSendParams) error {
+	OnSend(params.Message.Context(), params.Message)
+	return nil
+}
+
+// FromMetadata is a KeyFunc: the key in the command message's metadata
+// (MetadataKey), "" when there is none.
+func FromMetadata(p *middleware.Pipeline) string { return p.Metadata[MetadataKey] }
