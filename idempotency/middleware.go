@@ -16,6 +16,7 @@ import (
 	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
+	"github.com/claimbus/claimbus/observe"
 )
 
 // AssignRun is the key under which BeforeDispatch keeps, in the
@@ -146,6 +147,14 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 			"the command cannot be fingerprinted for its idempotency key"), err))
 		return
 	}
+	_, end := observe.StartStep(p.Context(), observe.StepIdempotency, p.CommandName)
+	m.begin(ctx, p, key, fp)
+	end(p.Err())
+}
+
+// begin reads key's outcome under its lock, and either answers p with it
+// or lets p run, holding the lock.
+func (m *Middleware) begin(ctx context.Context, p *middleware.Pipeline, key lockstore.Key, fp []byte) {
 	if m.readFirst && m.answered(ctx, p, key, fp) {
 		return
 	}

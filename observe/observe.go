@@ -24,6 +24,10 @@ const (
 	// StepReservationWrite is one write to a reservation store: a reserve,
 	// confirm or cancel. Detail: the field.
 	StepReservationWrite = "claimbus.reservation.write"
+	// StepIdempotency is the idempotency middleware's start of a command:
+	// the wait for its key's lock and the read of its stored outcome.
+	// Detail: the command's name.
+	StepIdempotency = "claimbus.idempotency"
 )
 
 // Tracer is told about the steps of a command.

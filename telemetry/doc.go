@@ -50,6 +50,8 @@
 //     children of the command's span. A reservation's confirmation lands
 //     after the answer (see uniqueness.Reserve) and is no step of the
 //     command.
+//   - "claimbus.idempotency": the idempotency middleware's wait for a
+//     key's lock and read of its stored outcome, for a command with a key;
 //   - "claimbus.serialize" (claimbus.key.namespace): a Serialize call of
 //     the PostgreSQL lock store made with a context that carries a tracer
 //     (a handler's context does; elsewhere use StepTracer).

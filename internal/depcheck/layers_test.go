@@ -55,7 +55,7 @@ var layers = map[string]rule{
 		why: "DESIGN: uniqueness → middleware, lockstore, and its durable claims (claimstore); never the bus",
 	},
 	"idempotency": {
-		may: []string{"middleware", "lockstore", "claimstore"},
+		may: []string{"middleware", "lockstore", "claimstore", "observe"},
 		why: "a middleware on the claim store, beside uniqueness; never the bus",
 	},
 	"bus": {
