@@ -108,6 +108,10 @@ func (m *Middleware) namespaceOf(p *middleware.Pipeline) string {
 	return ns
 }
 
+// Stage places the middleware before every claim, so that a repeat gets
+// its first run's answer, not the refusal of the claim that run holds.
+func (m *Middleware) Stage() middleware.Stage { return middleware.StageAnswer }
+
 // BeforeDispatch takes the lock on the command's idempotency key, waiting
 // while a run of the same key holds it (on any node sharing the Locker),
 // then reads the key's stored outcome:

@@ -111,7 +111,8 @@ func (c *rrCluster) startNode(t *testing.T, dsn, name string, replies *gochannel
 
 	rr, err := middleware.NewRequestReply[SignedUp](rrBackendConfig(replies))
 	require.NoError(t, err)
-	onHandle, err := middleware.OnHandle(rr.HandlerConfig(runner))
+	handler := requestreply.NewCommandHandlerWithResult("sign_up", rr, c.signUp)
+	onHandle, err := middleware.OnHandle(rr.HandlerConfig(runner, handler))
 	require.NoError(t, err)
 	commands := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	c.commands = append(c.commands, commands)
@@ -127,7 +128,7 @@ func (c *rrCluster) startNode(t *testing.T, dsn, name string, replies *gochannel
 		OnHandle:  onHandle,
 	})
 	require.NoError(t, err)
-	require.NoError(t, proc.AddHandlers(requestreply.NewCommandHandlerWithResult("sign_up", rr, c.signUp)))
+	require.NoError(t, proc.AddHandlers(handler))
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- router.Run(runCtx) }()

@@ -36,12 +36,12 @@ func TestChainOnHandle(t *testing.T) {
 			note("pipeline span=" + p.Context().Value(ctxKey("span")).(string))
 		},
 	}, takenEmails)
-	claimbus, err := middleware.OnHandle(middleware.HandlerConfig{Runner: runner})
-	require.NoError(t, err)
 	handler := cqrs.NewCommandHandler("create_staff", func(ctx context.Context, cmd *CreateStaff) error {
 		note("handled " + cmd.Email + " span=" + ctx.Value(ctxKey("span")).(string))
 		return nil
 	})
+	claimbus, err := middleware.OnHandle(middleware.HandlerConfig{Runner: runner, Handlers: []cqrs.CommandHandler{handler}})
+	require.NoError(t, err)
 	env := startCQRS(t, handler, middleware.ChainOnHandle(existing, nil, claimbus))
 
 	publishAcked(t, env.pubSub, "commands", commandMessage(t, &CreateStaff{Email: "ann@x.org"}))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 )
@@ -24,6 +25,13 @@ type HandlerConfig struct {
 	// name, or that is handled outside a cqrs processor. Default
 	// cqrs.JSONMarshaler{}.
 	Marshaler cqrs.CommandEventMarshaler
+	// Handlers are the handlers of the processor, as given to its
+	// AddHandlers. Required by OnHandle, which checks the command types
+	// the Runner's middleware act on (see CommandTyper) against theirs
+	// (NewCommand): a rule for a type no handler handles is an error
+	// matching ErrUnhandledCommandType, not a rule that never acts.
+	// WrapHandler checks nothing and needs none.
+	Handlers []cqrs.CommandHandler
 }
 
 // Validate reports every problem of the configuration.
@@ -36,6 +44,29 @@ func (c HandlerConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("middleware: HandlerConfig: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// checkHandlers checks the Runner's middleware against the command types
+// of the Handlers.
+func (c HandlerConfig) checkHandlers() error {
+	if len(c.Handlers) == 0 {
+		return errors.New("middleware: OnHandle: HandlerConfig.Handlers is empty: give the handlers of the processor, " +
+			"so that the command types of the middleware are checked against theirs")
+	}
+	types := make([]reflect.Type, 0, len(c.Handlers))
+	for i, h := range c.Handlers {
+		if h == nil {
+			return fmt.Errorf("middleware: OnHandle: HandlerConfig.Handlers[%d] is nil", i)
+		}
+		types = append(types, reflect.TypeOf(h.NewCommand()))
+	}
+	if c.Runner == nil {
+		return nil
+	}
+	if err := CheckCommandTypes(c.Runner.mws, types); err != nil {
+		return fmt.Errorf("middleware: OnHandle: %w", err)
+	}
+	return nil
 }
 
 func (c HandlerConfig) outcome() outcome {
@@ -52,7 +83,7 @@ func (c HandlerConfig) outcome() outcome {
 // unless AckHandlerErrors or the processor's AckCommandHandlingErrors); an
 // OnResult error is returned in every case.
 func OnHandle(cfg HandlerConfig) (cqrs.CommandProcessorOnHandleFn, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := errors.Join(cfg.Validate(), cfg.checkHandlers()); err != nil {
 		return nil, err
 	}
 	out := cfg.outcome()

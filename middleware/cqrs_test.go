@@ -62,7 +62,7 @@ func TestOnHandle(t *testing.T) {
 		}
 		return nil
 	})
-	onHandle, err := middleware.OnHandle(middleware.HandlerConfig{Runner: runner, OnResult: res.fn})
+	onHandle, err := middleware.OnHandle(middleware.HandlerConfig{Runner: runner, OnResult: res.fn, Handlers: []cqrs.CommandHandler{handler}})
 	require.NoError(t, err)
 	env := startCQRS(t, handler, onHandle)
 

@@ -32,8 +32,15 @@ func ExampleOnHandle() {
 	if err != nil {
 		panic(err)
 	}
+	handler := cqrs.NewCommandHandler("register_user", func(ctx context.Context, cmd *RegisterUser) error {
+		db.add(cmd.Email)
+		p, _ := middleware.PipelineFromContext(ctx)
+		fmt.Println("registered", cmd.Email, "as", p.CommandUUID)
+		return nil
+	})
 	onHandle, err := middleware.OnHandle(middleware.HandlerConfig{
-		Runner: runner,
+		Runner:   runner,
+		Handlers: []cqrs.CommandHandler{handler},
 		OnResult: func(_ context.Context, msg *message.Message, _ any, err error) error {
 			var rej *middleware.Rejection
 			switch {
@@ -62,12 +69,7 @@ func ExampleOnHandle() {
 	if err != nil {
 		panic(err)
 	}
-	err = processor.AddHandlers(cqrs.NewCommandHandler("register_user", func(ctx context.Context, cmd *RegisterUser) error {
-		db.add(cmd.Email)
-		p, _ := middleware.PipelineFromContext(ctx)
-		fmt.Println("registered", cmd.Email, "as", p.CommandUUID)
-		return nil
-	}))
+	err = processor.AddHandlers(handler)
 	if err != nil {
 		panic(err)
 	}

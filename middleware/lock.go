@@ -221,6 +221,9 @@ func (m *lockMiddleware) rejection(ctx context.Context, key lockstore.Key, err e
 	})
 }
 
+// Stage places Lock among the claims.
+func (m *lockMiddleware) Stage() Stage { return StageClaim }
+
 // AfterDispatch releases the locks.
 func (m *lockMiddleware) AfterDispatch(ctx context.Context, p *Pipeline) { m.end(ctx, p) }
 

@@ -21,6 +21,27 @@ type Middleware interface {
 	AfterFailure(ctx context.Context, p *Pipeline)
 }
 
+// Stage is the place in a Runner's list of a middleware whose place
+// matters (see Staged). NewRunner refuses a list in which a stage comes
+// after a later one.
+type Stage int
+
+const (
+	// StageAnswer is a middleware that answers repeats from a store (the
+	// idempotency package's): it comes before every claim, so that a
+	// repeat gets the first run's answer, not the refusal of the claim
+	// that run holds.
+	StageAnswer Stage = iota + 1
+	// StageClaim is a middleware that holds claims or locks while the
+	// handler runs (the uniqueness package's, Lock).
+	StageClaim
+)
+
+// Staged is implemented by a middleware whose place in the list matters.
+type Staged interface {
+	Stage() Stage
+}
+
 // Hooks is a Middleware made of functions; a nil function is a no-op. It
 // suits small middleware that needs one hook or two. Each field is named
 // after the hook that calls it, with "On" before it (a field cannot share

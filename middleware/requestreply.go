@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 	"github.com/ThreeDotsLabs/watermill/components/requestreply"
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -196,10 +197,11 @@ func repliesWithoutAck(onResult ResultFunc, ack bool) error {
 		ErrIncompleteRequestReply)
 }
 
-// HandlerConfig returns the config of OnHandle or WrapHandler for runner,
-// answering requestreply senders through rr and acking handler errors.
-func (rr *RequestReply[R]) HandlerConfig(runner *Runner) HandlerConfig {
-	return HandlerConfig{Runner: runner, OnResult: rr.answerFn, AckHandlerErrors: true}
+// HandlerConfig returns the config of OnHandle or WrapHandler for runner
+// and the processor's handlers, answering requestreply senders through rr
+// and acking handler errors.
+func (rr *RequestReply[R]) HandlerConfig(runner *Runner, handlers ...cqrs.CommandHandler) HandlerConfig {
+	return HandlerConfig{Runner: runner, OnResult: rr.answerFn, AckHandlerErrors: true, Handlers: handlers}
 }
 
 // RouterConfig returns the config of RouterMiddleware for runner and

@@ -88,7 +88,7 @@ func startRequestReplyEnv(t *testing.T, plug string) *requestReplyEnv {
 		Marshaler: cqrs.JSONMarshaler{},
 		Logger:    watermill.NopLogger{},
 	}
-	hcfg := rr.HandlerConfig(runner)
+	hcfg := rr.HandlerConfig(runner, handler)
 	switch plug {
 	case "router":
 		rcfg := rr.RouterConfig(runner, newRegistry(t))
@@ -356,7 +356,7 @@ func TestIncompleteRequestReplyIsRefused(t *testing.T) {
 	runner := newRunner(t)
 	handler := requestreply.NewCommandHandlerWithResult("create_staff", rr, createStaff)
 
-	bare := rr.HandlerConfig(runner)
+	bare := rr.HandlerConfig(runner, handler)
 	bare.AckHandlerErrors = false
 	_, err = middleware.OnHandle(bare)
 	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
@@ -366,13 +366,14 @@ func TestIncompleteRequestReplyIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
 	require.ErrorContains(t, err, "RequestReply.HandlerConfig")
 
-	_, err = middleware.OnHandle(rr.HandlerConfig(runner))
+	_, err = middleware.OnHandle(rr.HandlerConfig(runner, handler))
 	require.NoError(t, err)
 	_, err = middleware.WrapHandler(handler, rr.HandlerConfig(runner))
 	require.NoError(t, err)
 	_, err = middleware.RouterMiddleware(rr.RouterConfig(runner, newRegistry(t)))
 	require.NoError(t, err)
-	other := middleware.HandlerConfig{Runner: runner, OnResult: func(context.Context, *message.Message, any, error) error { return nil }}
+	other := middleware.HandlerConfig{Runner: runner, Handlers: []cqrs.CommandHandler{handler},
+		OnResult: func(context.Context, *message.Message, any, error) error { return nil }}
 	_, err = middleware.OnHandle(other)
 	require.NoError(t, err, "any other ResultFunc may nack")
 }

@@ -38,8 +38,30 @@ func (c RunnerConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("middleware: Middleware[%d] is nil", i))
 		}
 	}
+	errs = append(errs, checkStages(c.Middleware))
 	if c.ReleaseTimeout < 0 {
 		errs = append(errs, fmt.Errorf("middleware: ReleaseTimeout is negative (%v)", c.ReleaseTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// checkStages reports a middleware of mws placed after one of a later
+// Stage.
+func checkStages(mws []Middleware) error {
+	last, at := Stage(0), -1
+	var errs []error
+	for i, m := range mws {
+		s, ok := m.(Staged)
+		if !ok {
+			continue
+		}
+		switch st := s.Stage(); {
+		case st < last:
+			errs = append(errs, fmt.Errorf("middleware: Middleware[%d] (%T) answers repeats from a store but comes after Middleware[%d] (%T), which claims: "+
+				"a repeat would be refused by the claim of its first run; put it before", i, m, at, mws[at]))
+		case st > last:
+			last, at = st, i
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -358,6 +358,19 @@ func TestRunnerConfigValidate(t *testing.T) {
 			cfg:     middleware.RunnerConfig{Middleware: []middleware.Middleware{middleware.Hooks{}, nil}, ReleaseTimeout: -time.Second},
 			wantErr: []string{"Middleware[1] is nil", "ReleaseTimeout is negative"},
 		},
+		{
+			name: "claims, then what answers repeats",
+			cfg: middleware.RunnerConfig{Middleware: []middleware.Middleware{
+				middleware.Hooks{}, staged{middleware.StageClaim}, middleware.Hooks{}, staged{middleware.StageAnswer},
+			}},
+			wantErr: []string{"Middleware[3] (middleware_test.staged) answers repeats from a store but comes after Middleware[1]", "put it before"},
+		},
+		{
+			name: "what answers repeats, then claims",
+			cfg: middleware.RunnerConfig{Middleware: []middleware.Middleware{
+				staged{middleware.StageAnswer}, middleware.Hooks{}, staged{middleware.StageClaim}, staged{middleware.StageClaim},
+			}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -533,3 +546,11 @@ func TestRecover(t *testing.T) {
 	require.ErrorIs(t, err, errHandler, "an error panic value unwraps")
 	require.EqualError(t, err, "middleware: panic in lookup: "+errHandler.Error())
 }
+
+// staged is a no-op middleware of a given Stage.
+type staged struct{ stage middleware.Stage }
+
+func (s staged) BeforeDispatch(context.Context, *middleware.Pipeline) {}
+func (s staged) AfterDispatch(context.Context, *middleware.Pipeline)  {}
+func (s staged) AfterFailure(context.Context, *middleware.Pipeline)   {}
+func (s staged) Stage() middleware.Stage                              { return s.stage }

@@ -22,7 +22,12 @@ func TestTraceCrossesCQRS(t *testing.T) {
 	ps := newGoChannel(t)
 	runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: middlewares(node.tel)})
 	require.NoError(t, err)
-	onHandle, err := middleware.OnHandle(middleware.HandlerConfig{Runner: runner})
+	handled := make(chan struct{}, 1)
+	handler := cqrs.NewCommandHandler("create_user", func(context.Context, *CreateUser) error {
+		handled <- struct{}{}
+		return nil
+	})
+	onHandle, err := middleware.OnHandle(middleware.HandlerConfig{Runner: runner, Handlers: []cqrs.CommandHandler{handler}})
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
@@ -33,11 +38,7 @@ func TestTraceCrossesCQRS(t *testing.T) {
 		OnHandle:               onHandle,
 	})
 	require.NoError(t, err)
-	handled := make(chan struct{}, 1)
-	require.NoError(t, proc.AddHandlers(cqrs.NewCommandHandler("create_user", func(context.Context, *CreateUser) error {
-		handled <- struct{}{}
-		return nil
-	})))
+	require.NoError(t, proc.AddHandlers(handler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- router.Run(ctx) }()

@@ -22,3 +22,7 @@ func (m *Middleware) CommandTypes() []middleware.CommandType {
 }
 
 var _ middleware.CommandTyper = (*Middleware)(nil)
+
+// Stage places the middleware among the claims: after the idempotency
+// middleware, whose repeats must not meet the claims of their first run.
+func (m *Middleware) Stage() middleware.Stage { return middleware.StageClaim }

@@ -112,8 +112,11 @@ func Example_cqrsProcessor() {
 	// The pipeline runs in the processor's OnHandle; each outcome is
 	// reported to OnResult (where a service would answer the sender).
 	outcomes := make(chan string)
+	handler := cqrs.NewCommandHandler("create_staff",
+		func(ctx context.Context, c *commands.CreateStaff) error { return db.insert(c) })
 	onHandle, err := middleware.OnHandle(middleware.HandlerConfig{
 		Runner:           newStaffRunner(store, db),
+		Handlers:         []cqrs.CommandHandler{handler},
 		AckHandlerErrors: true,
 		OnResult: func(_ context.Context, _ *message.Message, _ any, err error) error {
 			outcomes <- outcome(err)
@@ -134,8 +137,7 @@ func Example_cqrsProcessor() {
 		Logger:    logger,
 	})
 	check(err)
-	check(processor.AddHandlers(cqrs.NewCommandHandler("create_staff",
-		func(ctx context.Context, c *commands.CreateStaff) error { return db.insert(c) })))
+	check(processor.AddHandlers(handler))
 	commandBus, err := cqrs.NewCommandBusWithConfig(pubSub, cqrs.CommandBusConfig{
 		GeneratePublishTopic: func(cqrs.CommandBusGeneratePublishTopicParams) (string, error) {
 			return "staff.commands", nil
