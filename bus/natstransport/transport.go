@@ -208,7 +208,7 @@ func (t *Transport) enter() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return ErrClosed
+		return fmt.Errorf("natstransport: subscribe: %w", ErrClosed)
 	}
 	t.wg.Add(1)
 	return nil

@@ -183,7 +183,7 @@ type publisher struct {
 // names no server: the cause is wrapped beside it.
 func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.t.closed() {
-		return ErrClosed
+		return fmt.Errorf("sqltransport: publish: %w", ErrClosed)
 	}
 	ctx := context.Background()
 	if len(msgs) > 0 {
@@ -228,7 +228,7 @@ type subscriber struct {
 // Subscribe creates topic's table if needed and returns its messages.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.t.closed() {
-		return nil, ErrClosed
+		return nil, fmt.Errorf("sqltransport: subscribe: %w", ErrClosed)
 	}
 	if err := s.t.initTopic(ctx, topic); err != nil {
 		return nil, err
@@ -256,7 +256,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, ErrClosed
+		return nil, fmt.Errorf("sqltransport: subscribe: %w", ErrClosed)
 	}
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()

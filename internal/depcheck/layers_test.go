@@ -22,7 +22,7 @@ const anything = "*"
 // leaves are the internal packages that import nothing of the module
 // (their rows say so, and the test checks it): any package may import
 // them, since an import of one can never point up a layer.
-var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/sentinel", "internal/wire"}
+var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/wire"}
 
 // rule is one row of the layering: the packages of the module (paths
 // relative to it) that a package's non-test files may import, and why.
@@ -119,7 +119,6 @@ var layers = map[string]rule{
 		why: "the per-key FIFO queue of lockstore, its backends and uniqueness: standard library only",
 	},
 	"internal/afterlost": {why: "the lost-lock callbacks the stores and middleware share: standard library only"},
-	"internal/sentinel":  {why: "second names of one sentinel error: standard library only"},
 
 	// Other internal packages: shared by the layers above, importing below.
 	"lockstore/internal/txnest": {
@@ -254,8 +253,8 @@ func TestViolationsNameThePackageTheImportAndTheRule(t *testing.T) {
 	}, violations(graph, layers))
 
 	require.Equal(t, []string{
-		"internal/wire imports internal/sentinel, which its row does not allow: it may import nothing of the module, as a leaf (the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither)",
+		"internal/wire imports internal/keyqueue, which its row does not allow: it may import nothing of the module, as a leaf (the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither)",
 		"lockstore imports middleware, which its row does not allow: it may import only the internal leaves (DESIGN: lockstore ← nothing of ours)",
-	}, violations(map[string][]string{"lockstore": {"middleware", "internal/afterlost"}, "internal/wire": {"internal/sentinel"}}, layers))
+	}, violations(map[string][]string{"lockstore": {"middleware", "internal/afterlost"}, "internal/wire": {"internal/keyqueue"}}, layers))
 	require.Empty(t, violations(map[string][]string{"bus": {"middleware", "internal/wire"}, "lockstore": {"internal/afterlost"}}, layers))
 }
