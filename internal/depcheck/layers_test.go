@@ -43,7 +43,7 @@ var layers = map[string]rule{
 	"lockstore": {why: "DESIGN: lockstore ← nothing of ours"},
 	"observe":   {why: "the observation hooks every layer reports through; imports nothing of ours so any layer may"},
 	"claimstore": {
-		may: []string{"lockstore", "internal/claimcheck"},
+		may: []string{"lockstore", "claimstore/internal/claimcheck"},
 		why: "durable claims sit beside lockstore, below middleware",
 	},
 	"middleware": {
@@ -77,11 +77,11 @@ var layers = map[string]rule{
 		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
 	},
 	"claimstore/postgres": {
-		may: []string{"claimstore", "lockstore", "internal/claimcheck", "internal/migrate", "internal/pgerr"},
+		may: []string{"claimstore", "lockstore", "claimstore/internal/claimcheck", "internal/migrate", "internal/pgerr"},
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"claimstore/sqlite": {
-		may: []string{"claimstore", "lockstore", "internal/claimcheck", "internal/migrate"},
+		may: []string{"claimstore", "lockstore", "claimstore/internal/claimcheck", "internal/migrate"},
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"bus/sqltransport": {
@@ -120,15 +120,19 @@ var layers = map[string]rule{
 	},
 	"internal/afterlost": {why: "the lost-lock callbacks the stores and middleware share: standard library only"},
 
-	// Other internal packages: shared by the layers above, importing below.
+	// A layer's own internal packages: shared by its backends, importing
+	// the layer and what it may.
 	"lockstore/internal/txnest": {
 		may: []string{"lockstore"},
 		why: "the transaction nesting both SQL lockstore backends share",
 	},
-	"internal/claimcheck": {
+	"claimstore/internal/claimcheck": {
 		may: []string{"lockstore"},
-		why: "checks the claim stores share",
+		why: "the argument checks and errors claimstore and its backends share",
 	},
+
+	// The module's other internal packages: below every layer, so they
+	// import only each other (TestImportsFollowTheLayers checks it).
 	"internal/migrate": {why: "the migrations the SQL backends share"},
 	"internal/migrate/migratetest": {
 		may: []string{"internal/migrate"},
@@ -231,6 +235,14 @@ func TestImportsFollowTheLayers(t *testing.T) {
 	require.Contains(t, graph, "internal/depcheck", "go list printed no import graph")
 	for _, leaf := range leaves {
 		require.Empty(t, layers[leaf].may, "%s is a leaf: its row allows nothing", leaf)
+	}
+	for pkg, r := range layers {
+		if strings.HasPrefix(pkg, "internal/") {
+			for _, imp := range r.may {
+				require.True(t, strings.HasPrefix(imp, "internal/"),
+					"%s may import %s: the module's internal packages sit below every layer, so they import only each other (an internal package of one layer lives under it, as claimstore/internal/claimcheck does)", pkg, imp)
+			}
+		}
 	}
 	for _, v := range violations(graph, layers) {
 		t.Error(v)
