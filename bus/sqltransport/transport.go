@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/internal/transport"
 	"github.com/claimbus/claimbus/internal/pgerr"
 )
 
@@ -123,10 +124,7 @@ func (t *Transport) NodeID() string { return t.cfg.NodeID }
 // BusConfig returns cfg with the transport's publishers and subscribers
 // and its node id set, ready for bus.New.
 func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
-	cfg.Publisher, cfg.Subscriber = t.publisher, t.commands
-	cfg.ReplyPublisher, cfg.ReplySubscriber = t.publisher, t.replies
-	cfg.NodeID = t.cfg.NodeID
-	return cfg
+	return transport.BusConfig(cfg, t.publisher, t.commands, t.replies, t.cfg.NodeID)
 }
 
 // Close ends every subscription, the publisher and the LISTEN connection,

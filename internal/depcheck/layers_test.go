@@ -85,11 +85,11 @@ var layers = map[string]rule{
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"bus/sqltransport": {
-		may: []string{"bus", "middleware", "internal/pgerr"},
+		may: []string{"bus", "bus/internal/transport", "middleware", "internal/pgerr"},
 		why: "a transport of the bus: the bus and its wire format, no store",
 	},
 	"bus/natstransport": {
-		may: []string{"bus", "middleware"},
+		may: []string{"bus", "bus/internal/transport", "middleware"},
 		why: "a transport of the bus: the bus and its wire format, no store",
 	},
 
@@ -125,6 +125,10 @@ var layers = map[string]rule{
 	"lockstore/internal/txnest": {
 		may: []string{"lockstore"},
 		why: "the transaction nesting both SQL lockstore backends share",
+	},
+	"bus/internal/transport": {
+		may: []string{"bus"},
+		why: "what the transports of the bus share",
 	},
 	"claimstore/internal/claimcheck": {
 		may: []string{"lockstore"},
