@@ -1,6 +1,6 @@
 package claimstore
 
-import "github.com/claimbus/claimbus/internal/claimcheck"
+import "github.com/claimbus/claimbus/claimstore/internal/claimcheck"
 
 var (
 	// ErrNotReserved is returned by Confirm when the key is not reserved by

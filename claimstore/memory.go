@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/claimbus/claimbus/internal/claimcheck"
+	"github.com/claimbus/claimbus/claimstore/internal/claimcheck"
 	"github.com/claimbus/claimbus/lockstore"
 )
 

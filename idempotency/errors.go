@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"github.com/claimbus/claimbus/internal/sentinel"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -17,7 +16,7 @@ var (
 	// cancelled by the middleware because the lock on its idempotency key
 	// was lost (a lease ran out, a lock connection broke): a repeat may now
 	// run on another node, so the handler should stop before it writes.
-	// It also matches lockstore.ErrLockLost, whose meaning it names for
-	// the idempotency key.
-	ErrLockLost = sentinel.New("idempotency: lock on the idempotency key lost while the handler ran", lockstore.ErrLockLost)
+	// It is the same value as lockstore.ErrLockLost, whose meaning it names
+	// for the idempotency key.
+	ErrLockLost = lockstore.ErrLockLost
 )

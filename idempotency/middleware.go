@@ -279,7 +279,7 @@ func answer(p *middleware.Pipeline, o claimstore.Outcome, fp []byte) {
 
 // LockLost cancels the handler's context: the run's lock was lost.
 func (r *run) LockLost() {
-	r.cancel(fmt.Errorf("%w: %s", ErrLockLost, r.key))
+	r.cancel(fmt.Errorf("idempotency: lock on the idempotency key lost while the handler ran: %s: %w", r.key, ErrLockLost))
 }
 
 // AfterDispatch stores the command's response as its key's outcome, then

@@ -116,9 +116,8 @@
 // trip for the lock and the lookup together, and its release rides the
 // next round trip of the lock connection: with the handler's insert, two
 // round trips per command where a bare insert costs one. Without Probe the
-// lookup is a round trip of its own (Batched shares it among concurrent
-// claims). A claim that waits for its key, and the re-check of a contended
-// release, run the rule's LookupFunc.
+// lookup is a round trip of its own. A claim that waits for its key, and
+// the re-check of a contended release, run the rule's LookupFunc.
 //
 // # Rules that cannot miss
 //
@@ -188,8 +187,7 @@
 // With nobody waiting in this process, Release skips the re-check: a
 // claimant that arrives afterwards runs its own lookup. So an uncontended
 // claim costs one lookup, and a storm of duplicates costs one lookup per
-// value and process plus one re-check per contended release. Batched
-// makes concurrent lookups share one query.
+// value and process plus one re-check per contended release.
 //
 // Claimants on other nodes are kept apart by the Locker (the PostgreSQL
 // store coordinates every node sharing a database) and run their own

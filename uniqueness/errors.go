@@ -3,7 +3,6 @@ package uniqueness
 import (
 	"errors"
 
-	"github.com/claimbus/claimbus/internal/sentinel"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -20,9 +19,10 @@ var (
 	// cancelled by the Uniqueness middleware because a claim of its command
 	// was lost (a lease ran out, a lock connection broke): another claimant
 	// may now hold the value, so the handler should stop before it writes.
-	// A lost claim is a lost lock: it also matches lockstore.ErrLockLost,
-	// as the Lock middleware's and idempotency's causes do.
-	ErrClaimLost = sentinel.New("uniqueness: claim lost while the handler ran", lockstore.ErrLockLost)
+	// A lost claim is a lost lock: it is the same value as
+	// lockstore.ErrLockLost, as the Lock middleware's and idempotency's
+	// causes are.
+	ErrClaimLost = lockstore.ErrLockLost
 
 	// ErrNoReservations is returned by Middleware.Free for a scope none of
 	// whose rules reserves (uniqueness.Reserve).

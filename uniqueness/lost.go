@@ -76,7 +76,7 @@ func (cl *Claim) takeLost() func() {
 
 // lostError is the cause given to the function of a lost claim.
 func (cl *Claim) lostError() error {
-	return fmt.Errorf("%w: %s", ErrClaimLost, cl.key)
+	return fmt.Errorf("uniqueness: claim lost while the handler ran: %s: %w", cl.key, ErrClaimLost)
 }
 
 // unwatch forgets the claim's function and stops its registration, if

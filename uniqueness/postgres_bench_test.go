@@ -37,10 +37,8 @@ const pgBenchConns = 16
 //     Uniqueness middleware on the PostgreSQL store, whose lookup reads the
 //     staff table and whose handler inserts into it;
 //   - bus: the same, sent with Dispatch on an in-process bus;
-//   - runner-batched, bus-batched: the same with the lookups batched
-//     (Batched, one SELECT ... WHERE email = ANY($1) per batch);
-//   - runner-batched-reserved, bus-batched-reserved: the same with a
-//     reservation per claim (Reserve, on claimstore/postgres);
+//   - runner-reserved, bus-reserved: the same with a reservation per
+//     claim (Reserve, on claimstore/postgres);
 //   - each bus variant again with -telemetry: the telemetry middleware
 //     first and OnSend, on real SDK providers (every span sampled).
 //
@@ -64,20 +62,14 @@ func BenchmarkPostgresStorm(b *testing.B) {
 
 	reservations := newReservations(b, pool)
 	for _, variant := range []struct {
-		suffix  string
-		batched bool
-		extra   []uniqueness.Option
+		suffix string
+		extra  []uniqueness.Option
 	}{
-		{"", false, nil},
-		{"-batched", true, nil},
-		{"-batched-reserved", true, []uniqueness.Option{uniqueness.Reserve(reservations, time.Minute)}},
+		{"", nil},
+		{"-reserved", []uniqueness.Option{uniqueness.Reserve(reservations, time.Minute)}},
 	} {
 		suffix := variant.suffix
-		lookup := table.taken
-		if variant.batched {
-			lookup = uniqueness.Batched(table.takenBatch)
-		}
-		rule := emailRuleWith(table, lookup, variant.extra...)
+		rule := emailRuleWith(table, table.taken, variant.extra...)
 		b.Run("runner"+suffix, func(b *testing.B) {
 			store := newPGStore(b, pool)
 			h := &staffHandler{table: table}
@@ -141,13 +133,13 @@ func BenchmarkPostgresStorm(b *testing.B) {
 // at 1, 8, 64 and 256 senders, in one run on one database and one pool of
 // pgBenchConns: impl=floor, the bare INSERT ... ON CONFLICT DO NOTHING;
 // impl=claimbus, CreateStaff sent with Dispatch on an in-process bus with
-// the Uniqueness middleware on the PostgreSQL store and batched lookups
-// (bus-batched there). `benchstat -col /impl` prints the ratio per senders
+// the Uniqueness middleware on the PostgreSQL store and the lookup run as a
+// uniqueness.Probe. `benchstat -col /impl` prints the ratio per senders
 // count; ops/s is the throughput.
 func BenchmarkPostgresStormSenders(b *testing.B) {
 	ctx := context.Background()
 	pool, table, email := newStormTable(b)
-	rule := emailRuleWith(table, uniqueness.Batched(table.takenBatch), uniqueness.Probe(staffTakenSQL))
+	rule := emailRuleWith(table, table.taken, uniqueness.Probe(staffTakenSQL))
 	for _, senders := range []int{1, 8, 64, 256} {
 		b.Run("senders="+strconv.Itoa(senders)+"/impl=floor", func(b *testing.B) {
 			sendFrom(b, senders, func() error { return floorInsert(ctx, pool, email()) })

@@ -3,7 +3,6 @@ package uniqueness_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -44,26 +43,9 @@ func (s *pgTable) taken(ctx context.Context, email string) (bool, error) {
 	return ok, err
 }
 
-// staffTakenSQL finds which of the emails $1 are taken: takenBatch's query,
-// and the rules' uniqueness.Probe.
+// staffTakenSQL finds which of the emails $1 are taken: the rules'
+// uniqueness.Probe.
 const staffTakenSQL = "SELECT email FROM staff WHERE email = ANY($1)"
-
-// takenBatch is the batch lookup: one query for many emails.
-func (s *pgTable) takenBatch(ctx context.Context, emails []string) ([]bool, error) {
-	rows, err := s.pool.Query(ctx, staffTakenSQL, emails)
-	if err != nil {
-		return nil, err
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	taken := make([]bool, len(emails))
-	for i, e := range emails {
-		taken[i] = slices.Contains(found, e)
-	}
-	return taken, nil
-}
 
 func (s *pgTable) owner(ctx context.Context, email string) (string, error) {
 	var id string
@@ -109,8 +91,7 @@ func TestStormOnPostgres(t *testing.T) {
 
 // The storm across two nodes: two buses, each with its own pool and
 // PostgreSQL store on one database, sharing the staff table. Only the
-// database's advisory locks keep the nodes apart. Node b batches its
-// lookups (Batched).
+// database's advisory locks keep the nodes apart.
 func TestStormAcrossTwoNodesOnPostgres(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
@@ -126,11 +107,7 @@ func TestStormAcrossTwoNodesOnPostgres(t *testing.T) {
 		nodeTable := &pgTable{pool: pool}
 		store := newPGStore(t, pool)
 		h := &staffHandler{table: nodeTable}
-		lookup := nodeTable.taken
-		if i == 1 {
-			lookup = uniqueness.Batched(nodeTable.takenBatch)
-		}
-		mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRuleWith(nodeTable, lookup)}})
+		mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{emailRuleWith(nodeTable, nodeTable.taken)}})
 		buses = append(buses, newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h))
 		handlers = append(handlers, h)
 		stores = append(stores, store)

@@ -71,7 +71,7 @@ func TestProbeStormAcrossTwoNodesOnPostgres(t *testing.T) {
 		store := newPGStore(t, pool)
 		t.Cleanup(func() { requireNothingHeld(t, store) })
 		h := &staffHandler{table: nodeTable}
-		rule := emailRuleWith(nodeTable, uniqueness.Batched(nodeTable.takenBatch), uniqueness.Probe(staffTakenSQL))
+		rule := emailRuleWith(nodeTable, nodeTable.taken, uniqueness.Probe(staffTakenSQL))
 		mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
 		buses = append(buses, newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h))
 		handlers = append(handlers, h)

@@ -21,10 +21,10 @@ type publisher struct {
 // stops at the first that fails.
 func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.t.isClosed() {
-		return ErrClosed
+		return fmt.Errorf("natstransport: publish: %w", ErrClosed)
 	}
 	if topic == "" {
-		return ErrInvalidTopic
+		return fmt.Errorf("natstransport: publish: %w", ErrInvalidTopic)
 	}
 	subject := p.t.Subject(topic)
 	if err := p.inner.Publish(subject, msgs...); err != nil {

@@ -40,7 +40,7 @@ type subscriber struct {
 // delivered again after handBackDelay, to another node.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
-		return nil, ErrInvalidTopic
+		return nil, fmt.Errorf("natstransport: subscribe: %w", ErrInvalidTopic)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("natstransport: subscribe to %q: %w", topic, err)

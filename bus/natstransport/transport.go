@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/internal/transport"
 )
 
 // Transport carries the commands and replies of a bus through one NATS
@@ -163,10 +164,7 @@ func (t *Transport) ConsumerName(topic string) string {
 // BusConfig returns cfg with the transport's publishers and subscribers
 // and its node id set, ready for bus.New.
 func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
-	cfg.Publisher, cfg.Subscriber = t.publisher, t.commands
-	cfg.ReplyPublisher, cfg.ReplySubscriber = t.publisher, t.replies
-	cfg.NodeID = t.cfg.NodeID
-	return cfg
+	return transport.BusConfig(cfg, t.publisher, t.commands, t.replies, t.cfg.NodeID)
 }
 
 // Close ends every subscription, waits for their goroutines, and closes
@@ -208,7 +206,7 @@ func (t *Transport) enter() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return ErrClosed
+		return fmt.Errorf("natstransport: subscribe: %w", ErrClosed)
 	}
 	t.wg.Add(1)
 	return nil

@@ -90,7 +90,7 @@ func (c Config) Validate() error {
 	if c.NodeID == "" {
 		errs = append(errs, errors.New("sqltransport: NodeID is required"))
 	} else if !validName.MatchString(c.NodeID) {
-		errs = append(errs, fmt.Errorf("%w: NodeID %q", ErrInvalidTopic, c.NodeID))
+		errs = append(errs, fmt.Errorf("sqltransport: %w: NodeID %q", ErrInvalidTopic, c.NodeID))
 	}
 	for _, d := range []struct {
 		name string

@@ -8,19 +8,18 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/internal/pgerr"
-	"github.com/claimbus/claimbus/internal/sentinel"
 	"github.com/claimbus/claimbus/middleware"
 )
 
 // Errors of the transport, matched with errors.Is.
 var (
-	// ErrClosed is returned by Publish and Subscribe after Close. It also
-	// matches bus.ErrClosed.
-	ErrClosed = sentinel.New("sqltransport: closed", bus.ErrClosed)
+	// ErrClosed is returned by Publish and Subscribe after Close. It is the
+	// same value as bus.ErrClosed: one meaning, one sentinel.
+	ErrClosed = bus.ErrClosed
 	// ErrInvalidTopic is returned for a topic or node id with characters
-	// other than letters, digits and - : . _ (topics name tables). It also
-	// matches bus.ErrInvalidTopic.
-	ErrInvalidTopic = sentinel.New("sqltransport: invalid topic", bus.ErrInvalidTopic)
+	// other than letters, digits and - : . _ (topics name tables). It is the
+	// same value as bus.ErrInvalidTopic.
+	ErrInvalidTopic = bus.ErrInvalidTopic
 )
 
 // errUnavailable is the rejection of a Publish that failed because the

@@ -112,7 +112,7 @@ func (t *Transport) initTopic(ctx context.Context, topic string) error {
 		return nil
 	}
 	if !validName.MatchString(topic) {
-		return fmt.Errorf("%w: %q", ErrInvalidTopic, topic)
+		return fmt.Errorf("sqltransport: %w: %q", ErrInvalidTopic, topic)
 	}
 	queries, err := t.schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
 	if err != nil {

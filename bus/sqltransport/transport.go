@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/bus/internal/transport"
 	"github.com/claimbus/claimbus/internal/pgerr"
 )
 
@@ -123,10 +124,7 @@ func (t *Transport) NodeID() string { return t.cfg.NodeID }
 // BusConfig returns cfg with the transport's publishers and subscribers
 // and its node id set, ready for bus.New.
 func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
-	cfg.Publisher, cfg.Subscriber = t.publisher, t.commands
-	cfg.ReplyPublisher, cfg.ReplySubscriber = t.publisher, t.replies
-	cfg.NodeID = t.cfg.NodeID
-	return cfg
+	return transport.BusConfig(cfg, t.publisher, t.commands, t.replies, t.cfg.NodeID)
 }
 
 // Close ends every subscription, the publisher and the LISTEN connection,
@@ -183,7 +181,7 @@ type publisher struct {
 // names no server: the cause is wrapped beside it.
 func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.t.closed() {
-		return ErrClosed
+		return fmt.Errorf("sqltransport: publish: %w", ErrClosed)
 	}
 	ctx := context.Background()
 	if len(msgs) > 0 {
@@ -228,7 +226,7 @@ type subscriber struct {
 // Subscribe creates topic's table if needed and returns its messages.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.t.closed() {
-		return nil, ErrClosed
+		return nil, fmt.Errorf("sqltransport: subscribe: %w", ErrClosed)
 	}
 	if err := s.t.initTopic(ctx, topic); err != nil {
 		return nil, err
@@ -256,7 +254,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, ErrClosed
+		return nil, fmt.Errorf("sqltransport: subscribe: %w", ErrClosed)
 	}
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()

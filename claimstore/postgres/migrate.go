@@ -4,7 +4,6 @@ import (
 	"context"
 	"embed"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -32,11 +31,6 @@ var SchemaVersion = migrations.Latest
 
 var migrations = migrate.NewComponent("claimstore/postgres", migrationFiles, VersionTable, ErrSchemaOutdated)
 
-// schemaLockKey is the bigint session advisory lock a migration run holds,
-// so that nodes starting at once take turns. It is lockstore/postgres's, so
-// the two never create one schema at once either.
-const schemaLockKey int64 = 0x636c61696d627573 // "claimbus"
-
 // Migrate applies the pending Migrations to cfg.Schema in pool's database,
 // on a connection of its own opened with the pool's configuration (a
 // session advisory lock needs a session: behind PgBouncer in transaction
@@ -53,15 +47,12 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 		return err
 	}
 	cfg = cfg.withDefaults()
-	if err := migrations.MigratePostgres(ctx, pool.Config().ConnConfig, cfg.Schema, schemaLockKey); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	return nil
+	return migrations.MigratePostgresDB(ctx, pool.Config().ConnConfig, cfg.Schema)
 }
 
 // ensureSchema brings Config.Schema to SchemaVersion, or with
 // NoAutoMigrate checks that it is there. When it is (every New but the
 // first on a database), that is one read on the pool.
 func (s *Store) ensureSchema(ctx context.Context) error {
-	return migrations.EnsurePostgres(ctx, s.pool, s.pool.Config().ConnConfig, s.cfg.Schema, schemaLockKey, s.cfg.NoAutoMigrate)
+	return migrations.EnsurePostgres(ctx, s.pool, s.pool.Config().ConnConfig, s.cfg.Schema, s.cfg.NoAutoMigrate)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/claimbus/claimbus/claimstore"
-	"github.com/claimbus/claimbus/internal/claimcheck"
+	"github.com/claimbus/claimbus/claimstore/internal/claimcheck"
 	"github.com/claimbus/claimbus/lockstore"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/claimbus/claimbus/claimstore"
-	"github.com/claimbus/claimbus/internal/claimcheck"
+	"github.com/claimbus/claimbus/claimstore/internal/claimcheck"
 	"github.com/claimbus/claimbus/lockstore"
 )
 

@@ -22,7 +22,7 @@ const anything = "*"
 // leaves are the internal packages that import nothing of the module
 // (their rows say so, and the test checks it): any package may import
 // them, since an import of one can never point up a layer.
-var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/sentinel", "internal/wire"}
+var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/wire"}
 
 // rule is one row of the layering: the packages of the module (paths
 // relative to it) that a package's non-test files may import, and why.
@@ -43,7 +43,7 @@ var layers = map[string]rule{
 	"lockstore": {why: "DESIGN: lockstore ← nothing of ours"},
 	"observe":   {why: "the observation hooks every layer reports through; imports nothing of ours so any layer may"},
 	"claimstore": {
-		may: []string{"lockstore", "internal/claimcheck"},
+		may: []string{"lockstore", "claimstore/internal/claimcheck"},
 		why: "durable claims sit beside lockstore, below middleware",
 	},
 	"middleware": {
@@ -77,19 +77,19 @@ var layers = map[string]rule{
 		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
 	},
 	"claimstore/postgres": {
-		may: []string{"claimstore", "lockstore", "internal/claimcheck", "internal/migrate", "internal/pgerr"},
+		may: []string{"claimstore", "lockstore", "claimstore/internal/claimcheck", "internal/migrate", "internal/pgerr"},
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"claimstore/sqlite": {
-		may: []string{"claimstore", "lockstore", "internal/claimcheck", "internal/migrate"},
+		may: []string{"claimstore", "lockstore", "claimstore/internal/claimcheck", "internal/migrate"},
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"bus/sqltransport": {
-		may: []string{"bus", "middleware", "internal/pgerr"},
+		may: []string{"bus", "bus/internal/transport", "middleware", "internal/pgerr"},
 		why: "a transport of the bus: the bus and its wire format, no store",
 	},
 	"bus/natstransport": {
-		may: []string{"bus", "middleware"},
+		may: []string{"bus", "bus/internal/transport", "middleware"},
 		why: "a transport of the bus: the bus and its wire format, no store",
 	},
 
@@ -119,17 +119,24 @@ var layers = map[string]rule{
 		why: "the per-key FIFO queue of lockstore, its backends and uniqueness: standard library only",
 	},
 	"internal/afterlost": {why: "the lost-lock callbacks the stores and middleware share: standard library only"},
-	"internal/sentinel":  {why: "second names of one sentinel error: standard library only"},
 
-	// Other internal packages: shared by the layers above, importing below.
+	// A layer's own internal packages: shared by its backends, importing
+	// the layer and what it may.
 	"lockstore/internal/txnest": {
 		may: []string{"lockstore"},
 		why: "the transaction nesting both SQL lockstore backends share",
 	},
-	"internal/claimcheck": {
-		may: []string{"lockstore"},
-		why: "checks the claim stores share",
+	"bus/internal/transport": {
+		may: []string{"bus"},
+		why: "what the transports of the bus share",
 	},
+	"claimstore/internal/claimcheck": {
+		may: []string{"lockstore"},
+		why: "the argument checks and errors claimstore and its backends share",
+	},
+
+	// The module's other internal packages: below every layer, so they
+	// import only each other (TestImportsFollowTheLayers checks it).
 	"internal/migrate": {why: "the migrations the SQL backends share"},
 	"internal/migrate/migratetest": {
 		may: []string{"internal/migrate"},
@@ -233,6 +240,14 @@ func TestImportsFollowTheLayers(t *testing.T) {
 	for _, leaf := range leaves {
 		require.Empty(t, layers[leaf].may, "%s is a leaf: its row allows nothing", leaf)
 	}
+	for pkg, r := range layers {
+		if strings.HasPrefix(pkg, "internal/") {
+			for _, imp := range r.may {
+				require.True(t, strings.HasPrefix(imp, "internal/"),
+					"%s may import %s: the module's internal packages sit below every layer, so they import only each other (an internal package of one layer lives under it, as claimstore/internal/claimcheck does)", pkg, imp)
+			}
+		}
+	}
 	for _, v := range violations(graph, layers) {
 		t.Error(v)
 	}
@@ -254,8 +269,8 @@ func TestViolationsNameThePackageTheImportAndTheRule(t *testing.T) {
 	}, violations(graph, layers))
 
 	require.Equal(t, []string{
-		"internal/wire imports internal/sentinel, which its row does not allow: it may import nothing of the module, as a leaf (the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither)",
+		"internal/wire imports internal/keyqueue, which its row does not allow: it may import nothing of the module, as a leaf (the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither)",
 		"lockstore imports middleware, which its row does not allow: it may import only the internal leaves (DESIGN: lockstore ← nothing of ours)",
-	}, violations(map[string][]string{"lockstore": {"middleware", "internal/afterlost"}, "internal/wire": {"internal/sentinel"}}, layers))
+	}, violations(map[string][]string{"lockstore": {"middleware", "internal/afterlost"}, "internal/wire": {"internal/keyqueue"}}, layers))
 	require.Empty(t, violations(map[string][]string{"bus": {"middleware", "internal/wire"}, "lockstore": {"internal/afterlost"}}, layers))
 }

@@ -32,16 +32,30 @@ func NewComponent(pkg string, files fs.FS, table string, outdated error) Compone
 	return Component{Package: pkg, FS: sub, Table: table, Latest: MustLatest(sub), Outdated: outdated}
 }
 
+// name is the package's own name, the prefix of its errors ("sqlite").
+func (c Component) name() string {
+	return c.Package[strings.LastIndexByte(c.Package, '/')+1:]
+}
+
 // MigrateSQLiteDB is the Migrate of a SQLite package: it applies the
 // pending migrations to db's main database, its errors prefixed with the
 // package's name.
 func (c Component) MigrateSQLiteDB(ctx context.Context, db *sql.DB) error {
-	name := c.Package[strings.LastIndexByte(c.Package, '/')+1:]
 	if db == nil {
-		return fmt.Errorf("%s: Migrate: nil *sql.DB", name)
+		return fmt.Errorf("%s: Migrate: nil *sql.DB", c.name())
 	}
 	if err := c.MigrateSQLite(ctx, db); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", c.name(), err)
+	}
+	return nil
+}
+
+// MigratePostgresDB is the Migrate of a PostgreSQL package, once it has
+// checked its pool and Config: MigratePostgres, its error prefixed with
+// the package's name.
+func (c Component) MigratePostgresDB(ctx context.Context, cc *pgx.ConnConfig, schema string) error {
+	if err := c.MigratePostgres(ctx, cc, schema); err != nil {
+		return fmt.Errorf("%s: %w", c.name(), err)
 	}
 	return nil
 }
@@ -50,7 +64,7 @@ func (c Component) MigrateSQLiteDB(ctx context.Context, db *sql.DB) error {
 // opened with cc), or with noAuto checks that it is there and returns an
 // error matching c.Outdated that names the ways to migrate it. When the
 // schema is current it is one read on q.
-func (c Component) EnsurePostgres(ctx context.Context, q Querier, cc *pgx.ConnConfig, schema string, lockKey int64, noAuto bool) error {
+func (c Component) EnsurePostgres(ctx context.Context, q Querier, cc *pgx.ConnConfig, schema string, noAuto bool) error {
 	v, err := PostgresVersion(ctx, q, schema, c.Table)
 	if err != nil {
 		return fmt.Errorf("read the schema version (%s.%s): %w", schema, c.Table, err)
@@ -63,12 +77,12 @@ func (c Component) EnsurePostgres(ctx context.Context, q Querier, cc *pgx.ConnCo
 			"run %s.Migrate, or goose up on its Migrations with table %s and search_path=%s",
 			c.Outdated, schema, v, c.Latest, c.Package, c.Table, schema)
 	}
-	return c.MigratePostgres(ctx, cc, schema, lockKey)
+	return c.MigratePostgres(ctx, cc, schema)
 }
 
 // MigratePostgres is Postgres for c, its error naming the schema.
-func (c Component) MigratePostgres(ctx context.Context, cc *pgx.ConnConfig, schema string, lockKey int64) error {
-	if err := Postgres(ctx, cc, schema, c.Table, c.FS, lockKey); err != nil {
+func (c Component) MigratePostgres(ctx context.Context, cc *pgx.ConnConfig, schema string) error {
+	if err := Postgres(ctx, cc, schema, c.Table, c.FS); err != nil {
 		return fmt.Errorf("migrate schema %q: %w", schema, err)
 	}
 	return nil

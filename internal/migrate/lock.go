@@ -10,6 +10,15 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
+// lockKey is the bigint advisory lock every migration run on PostgreSQL
+// holds, whichever component it migrates (lockstore/postgres,
+// claimstore/postgres): nodes starting at once take turns rather than race
+// on CREATE ... (which can fail with a unique violation when two sessions
+// run it together), and the two components never create one schema at
+// once. The bigint form has a key space of its own, apart from the two-int
+// lock ids of lockstore/postgres.
+const lockKey int64 = 0x636c61696d627573 // "claimbus"
+
 // pgLocker is a goose session locker on a bigint session advisory lock,
 // taken with pg_advisory_lock: a run waits in the server for the one before
 // it (no polling, unlike goose's own, which tries every second or more),

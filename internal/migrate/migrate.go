@@ -95,7 +95,7 @@ func PostgresVersion(ctx context.Context, q Querier, schema, table string) (int6
 // the schema and the table a transaction-level one (see pgPrepare), the
 // migrations a session-level one, from before goose reads the applied
 // versions until after the last migration.
-func Postgres(ctx context.Context, cc *pgx.ConnConfig, schema, table string, fsys fs.FS, lockKey int64) error {
+func Postgres(ctx context.Context, cc *pgx.ConnConfig, schema, table string, fsys fs.FS) error {
 	// SET after connecting, not startup parameters: PgBouncer refuses
 	// those it does not track.
 	set := "SET search_path = " + pgx.Identifier{schema}.Sanitize() + "; SET synchronous_commit = on"

@@ -55,17 +55,14 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 		cc = lc
 	}
 	cfg = cfg.withDefaults(cc.RuntimeParams["application_name"])
-	if err := migrations.MigratePostgres(ctx, cc, cfg.Schema, schemaLockKey); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	return nil
+	return migrations.MigratePostgresDB(ctx, cc, cfg.Schema)
 }
 
 // ensureSchema brings Config.Schema to SchemaVersion, or with
 // NoAutoMigrate checks that it is there. When it is (every New but the
 // first on a database), that is one read on the pool.
 func (s *Store) ensureSchema(ctx context.Context) error {
-	if err := migrations.EnsurePostgres(ctx, s.pool, s.connConfig, s.cfg.Schema, schemaLockKey, s.cfg.NoAutoMigrate); err != nil {
+	if err := migrations.EnsurePostgres(ctx, s.pool, s.connConfig, s.cfg.Schema, s.cfg.NoAutoMigrate); err != nil {
 		return fmt.Errorf("postgres: New: %w", err)
 	}
 	return nil
