@@ -20,8 +20,8 @@ import (
 // table of keys, so that claims on distinct keys rarely share a mutex.
 const numShards = 64
 
-// Claimer claims values (an email, a username) on any lockstore.Locker, as
-// the seed's transaction handles do: Claim takes the key, runs a lookup
+// Claimer claims values (an email, a username) on any lockstore.Locker:
+// Claim takes the key, runs a lookup
 // while holding it, and hands the caller the claim when the value is free.
 //
 // In front of the Locker, a Claimer keeps a small table of the keys that

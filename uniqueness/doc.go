@@ -1,6 +1,6 @@
 // Package uniqueness claims values, such as an email address, so that two
-// commands can never both take one: the claims of seed 001 (a transaction
-// handle per value, FIFO waiters, a lookup run while the handle is held)
+// commands can never both take one: claims (a lock per value, FIFO
+// waiters, a lookup run while the lock is held)
 // and the Uniqueness middleware that puts them in front of a command
 // handler.
 //

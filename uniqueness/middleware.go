@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultClaimTimeout bounds the wait for the claims of one command when
-// Config.ClaimTimeout is zero. It is the seed's claim timeout.
+// Config.ClaimTimeout is zero.
 const DefaultClaimTimeout = 15 * time.Second
 
 // AssignClaims is the key under which BeforeDispatch keeps the claims it

@@ -56,7 +56,7 @@
 // # Serialize and Exclusive
 //
 // Serialize runs a function in a BEGIN IMMEDIATE transaction while holding
-// a key's lock: the SQLite reading of seed 003's serialize/3, where a local
+// a key's lock, as the PostgreSQL store's Serialize does; here a local
 // mutex does the work of PostgreSQL's pg_advisory_xact_lock, because
 // SQLite's single-writer rule covers neither a read-modify-write across
 // statements started DEFERRED nor a critical section that never touches
