@@ -141,6 +141,7 @@ var layers = map[string]rule{
 	"internal/natstest":   {why: "the in-process NATS server of the tests"},
 	"internal/faultproxy": {why: "the TCP fault proxy of the tests"},
 	"internal/depcheck":   {why: "this test"},
+	"internal/cmd/counts": {why: "a program: the module's size counts, standard library only"},
 
 	// The top: programs and end-to-end tests.
 	"example_app":     {may: []string{anything}, why: "a program: the example app uses everything"},
