@@ -130,7 +130,7 @@ type Claim struct {
 // ctx bounds the wait and the lookup; it never bounds the holding. When it
 // ends during the wait, Claim returns its error and leaves no trace. The
 // lookup must read what the holder of the claim writes, in a strongly
-// consistent store (see the package documentation).
+// consistent store (see uniqueness/README.md).
 func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*Claim, error) {
 	if taken == nil {
 		return nil, errNilLookup
