@@ -128,9 +128,8 @@ type Claim struct {
 // or at its Release) fails with ErrAlreadyTaken as soon as it settles.
 //
 // ctx bounds the wait and the lookup; it never bounds the holding. When it
-// ends during the wait, Claim returns its error and leaves no trace. The
-// lookup must read what the holder of the claim writes, in a strongly
-// consistent store (see uniqueness/README.md).
+// ends during the wait, Claim returns its error and leaves no trace. For
+// what the lookup must read, see uniqueness/README.md.
 func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*Claim, error) {
 	if taken == nil {
 		return nil, errNilLookup

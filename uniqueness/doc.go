@@ -3,11 +3,9 @@
 // waiters, a lookup run while the lock is held) and the Uniqueness
 // middleware that puts them in front of a command handler.
 //
-// A claim is only as good as its lookup: it must read what the handler
-// writes, in the same strongly consistent store, and the handler's write
-// must commit before the claim is released. A lookup that lags (a
-// projection, a replica) needs Reserve. uniqueness/README.md states the
-// rule and what holds with reservations.
+// A claim is only as good as its lookup: read "The lookup must see what
+// the handler writes" in uniqueness/README.md before writing a rule. A
+// lookup that lags (a projection, a replica) needs Reserve.
 //
 // New returns the middleware, with one rule per command type and unique
 // field, made with Field:
