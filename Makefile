@@ -1,7 +1,7 @@
 BENCH ?= .
 PKG ?= ./...
 
-.PHONY: help test test/race test/long bench bench-compare bench-held faults fuzz lint tidy ci
+.PHONY: help test test/race test/long bench bench-compare bench-held faults fuzz lint tidy counts ci
 
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
@@ -43,6 +43,11 @@ lint: ## Run golangci-lint (the version .ci/golangci-lint pins, installed on fir
 
 tidy: ## Tidy go.mod and go.sum.
 	go mod tidy
+
+COUNTS_FLAGS ?=
+
+counts: ## Print the module's size: exported names, Go lines, the largest file, the longest doc comment, Markdown bytes (COUNTS_FLAGS="-max-exported 360 ..." to check limits).
+	go run ./internal/cmd/counts $(COUNTS_FLAGS)
 
 ci: ## Run what CI runs (.ci/run), installing and starting PostgreSQL.
 	bash .ci/run

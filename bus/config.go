@@ -78,7 +78,7 @@ type Config struct {
 	// the same marshaling, middleware and reply encoding as over a
 	// transport. It behaves as a bus on a private GoChannel that nothing
 	// else can reach would, but uses no GoChannel: no message copies, no
-	// subscriber goroutines, no topics (see the package doc for what
+	// subscriber goroutines, no topics (see docs/bus.md for what
 	// differs from a transport).
 	//
 	// The bus never closes a Publisher or Subscriber it is given; their

@@ -9,8 +9,7 @@ import (
 // newUUID returns a random (version 4) UUID, as uuid.NewString does, with
 // one allocation (the string) where uuid.NewString takes two: its random
 // bytes escape through the io.Reader it reads them from. Every message id
-// of the default marshaler is one: it saves one allocation per Dispatch
-// (BenchmarkDispatch/impl=claimbus, measured when it was added).
+// of the default marshaler is one.
 func newUUID() string {
 	var u uuid.UUID
 	// crypto/rand.Read never fails: it ends the program instead.

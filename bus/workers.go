@@ -10,9 +10,7 @@ import (
 // workers runs jobs on at most max goroutines, started on demand and kept
 // until stop: a goroutine that handled a command keeps its grown stack for
 // the next one, where a fresh goroutine per command would grow (copy) its
-// stack each time. Run that way, BenchmarkDispatch/impl=claimbus took
-// 18-24 µs/op instead of about 9, and BenchmarkSend/impl=claimbus 14-18
-// instead of about 7.4, one allocation more each.
+// stack each time.
 type workers struct {
 	jobs chan job
 	stop chan struct{}
@@ -26,8 +24,7 @@ type workers struct {
 
 // job is one command for a worker, handed over by value: neither a Dispatch
 // in process nor a subscription's message allocates a closure or a struct
-// per command for it (it saved two to three allocations per Dispatch in
-// BenchmarkDispatch, in process and over GoChannel, when it was added).
+// per command for it.
 type job struct {
 	msg    *message.Message
 	local  bool            // sent in process; else from a subscription

@@ -30,15 +30,9 @@
 //   - Word (GuessWord): 1 to MaxWordLen, letters only.
 //
 // Every text field is valid UTF-8 without control characters (a NUL byte
-// included, which PostgreSQL cannot store): a command that passes
-// Validate can be written to either database. CheckID, CheckCurrency,
+// included, which PostgreSQL cannot store). CheckID, CheckCurrency,
 // CheckWord and CheckEmail check one value by the same rules, for values
-// that arrive outside a command (set-up data, URL paths, queries).
-//
-// Values are validated, not changed: the handler stores the normalised
-// form (for an email, trimmed and lower-cased, as uniqueness.NormalizeEmail
-// does), and the uniqueness claims use the same normalisation.
-//
-// This package imports nothing of claimbus: commands are plain data that
-// any transport can carry.
+// that arrive outside a command. Values are validated, not changed: the
+// handler stores the normalised form. The package imports nothing of
+// claimbus: commands are plain data that any transport can carry.
 package commands

@@ -26,7 +26,7 @@ const AssignRun = "idempotency.run"
 
 // Middleware is the idempotency middleware: it runs each command carrying
 // an idempotency key once, and answers every repeat with the stored
-// outcome of the first run (see the package documentation). It is safe for
+// outcome of the first run (see idempotency/README.md). It is safe for
 // concurrent use.
 type Middleware struct {
 	locker      lockstore.Locker

@@ -14,9 +14,9 @@ import (
 // The benchmarks compare the memory store (impl=claimbus) with three
 // baselines:
 //   - impl=syncmutex: a bare sync.Mutex Lock/Unlock, the floor;
-//   - impl=mapmutex: the plain design, the seed's lock table (owner and
+//   - impl=mapmutex: the plain design, a lock table (owner and
 //     acquired-at per held key) in a map behind one mutex;
-//   - impl=genserver: the seed's design, one goroutine that owns that table
+//   - impl=genserver: one goroutine that owns that table
 //     and serves acquire and release calls over a channel.
 //
 // Run them with
@@ -189,21 +189,21 @@ func hotKey(b *testing.B, grant func() error) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "grants/s")
 }
 
-// seedRow is what the seed's lock table keeps per held key:
-// {transfer_id, owner_pid, acquired_at}. Both map baselines record it, as
+// lockRow is what a plain lock table keeps per held key: its owner and
+// when it was acquired. Both map baselines record it, as
 // the memory store records its holder's token and grant time.
-type seedRow struct {
+type lockRow struct {
 	owner uint64
 	at    time.Time
 }
 
-// mapMutex is the plain design: the seed's table in a map behind one mutex.
+// mapMutex is the plain design: the lock table in a map behind one mutex.
 type mapMutex struct {
 	mu   sync.Mutex
-	held map[lockstore.Key]seedRow
+	held map[lockstore.Key]lockRow
 }
 
-func newMapMutex() *mapMutex { return &mapMutex{held: make(map[lockstore.Key]seedRow)} }
+func newMapMutex() *mapMutex { return &mapMutex{held: make(map[lockstore.Key]lockRow)} }
 
 func (s *mapMutex) acquire(key lockstore.Key, owner uint64) error {
 	s.mu.Lock()
@@ -211,7 +211,7 @@ func (s *mapMutex) acquire(key lockstore.Key, owner uint64) error {
 	if _, ok := s.held[key]; ok {
 		return lockstore.ErrLocked
 	}
-	s.held[key] = seedRow{owner: owner, at: time.Now()}
+	s.held[key] = lockRow{owner: owner, at: time.Now()}
 	return nil
 }
 
@@ -221,7 +221,7 @@ func (s *mapMutex) release(key lockstore.Key) {
 	s.mu.Unlock()
 }
 
-// genServer is the seed's design: one goroutine owns the lock table and
+// genServer is the single-goroutine design: one goroutine owns the lock table and
 // answers acquire and release calls sent over a channel, each caller
 // waiting for its reply.
 type genServer struct {
@@ -248,7 +248,7 @@ func newGenServer(b *testing.B) *genServer {
 
 func (g *genServer) serve() {
 	defer close(g.done)
-	held := make(map[lockstore.Key]seedRow)
+	held := make(map[lockstore.Key]lockRow)
 	for req := range g.reqs {
 		switch _, ok := held[req.key]; {
 		case req.release:
@@ -257,7 +257,7 @@ func (g *genServer) serve() {
 		case ok:
 			req.reply <- lockstore.ErrLocked
 		default:
-			held[req.key] = seedRow{owner: req.owner, at: time.Now()}
+			held[req.key] = lockRow{owner: req.owner, at: time.Now()}
 			req.reply <- nil
 		}
 	}

@@ -29,8 +29,7 @@ type memLock struct {
 	at    time.Duration // since shard.m.base
 
 	// hash (32 bits, see Memory.hash) and state share one word, and after
-	// is one: the lock is 80 bytes, an allocation size class below 96
-	// (BenchmarkDistinctKeysParallel/Memory was 1.23x slower at 96).
+	// is one: the lock is 80 bytes, an allocation size class below 96.
 	hash  uint32
 	state lockState
 	ext   *lockExt

@@ -63,7 +63,7 @@ func (c LockConfig) Validate() error {
 }
 
 // Lock returns a middleware that locks the resources a command names while
-// it runs (the per-resource lock of seed 000, such as one per transfer):
+// it runs (a per-resource lock, such as one per transfer):
 //   - BeforeDispatch takes the keys (in the store's order, so that two
 //     commands never deadlock); a key held by another command halts this
 //     one with a `locked` rejection (matching ErrLocked), or with a positive

@@ -11,10 +11,7 @@ import (
 // and cancelled by end. Most runs have hooks that never wait on it, so its
 // timer is only made when Done or Err is first called. Until then it
 // costs no timer and no allocation, and its Value asks a
-// context.WithoutCancel of the parent made on the stack. Armed at init
-// instead, it cost 4 allocations more per run (BenchmarkRunnerThreeNoop)
-// and per Dispatch (BenchmarkDispatch/impl=claimbus); keeping the
-// WithoutCancel made at init, one more (measured when each was added).
+// context.WithoutCancel of the parent made on the stack.
 //
 // Once armed, it is a context.WithDeadline of WithoutCancel(parent), and its Value
 // hands the stdlib's own cancellation key to it: a context derived from a

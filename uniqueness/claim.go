@@ -20,8 +20,8 @@ import (
 // table of keys, so that claims on distinct keys rarely share a mutex.
 const numShards = 64
 
-// Claimer claims values (an email, a username) on any lockstore.Locker, as
-// the seed's transaction handles do: Claim takes the key, runs a lookup
+// Claimer claims values (an email, a username) on any lockstore.Locker:
+// Claim takes the key, runs a lookup
 // while holding it, and hands the caller the claim when the value is free.
 //
 // In front of the Locker, a Claimer keeps a small table of the keys that
@@ -128,9 +128,8 @@ type Claim struct {
 // or at its Release) fails with ErrAlreadyTaken as soon as it settles.
 //
 // ctx bounds the wait and the lookup; it never bounds the holding. When it
-// ends during the wait, Claim returns its error and leaves no trace. The
-// lookup must read what the holder of the claim writes, in a strongly
-// consistent store (see the package documentation).
+// ends during the wait, Claim returns its error and leaves no trace. For
+// what the lookup must read, see uniqueness/README.md.
 func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*Claim, error) {
 	if taken == nil {
 		return nil, errNilLookup

@@ -243,7 +243,7 @@ func TestClaimRejectsBadInput(t *testing.T) {
 	requireNothingHeld(t, store, c)
 }
 
-// The seed's release: the holder wrote the value, so every claimant queued
+// Release after a write: the holder wrote the value, so every claimant queued
 // behind it fails at once, none running its own lookup.
 func TestReleaseAfterWriteFailsEveryWaiterFast(t *testing.T) {
 	t.Parallel()
@@ -463,7 +463,7 @@ func TestLostClaimPassesOn(t *testing.T) {
 	}
 }
 
-// The seed's storm on the Claimer alone: 200 claimants, 20 values, each
+// The sign-up storm on the Claimer alone: 200 claimants, 20 values, each
 // writes on success. Exactly one claimant per value wins.
 func TestClaimStormOneWinnerPerValue(t *testing.T) {
 	t.Parallel()

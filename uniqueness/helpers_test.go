@@ -81,7 +81,7 @@ func (m *memTable) count(context.Context) (int, error) {
 	return len(m.rows), nil
 }
 
-// emailRule is the rule of the seed: CreateStaff's email is unique in
+// emailRule is the sign-up rule: CreateStaff's email is unique in
 // scope staff.email, looked up in table, with its own earlier success
 // recognised by the staff id.
 func emailRule(table staffTable) uniqueness.Rule { return emailRuleWith(table, table.taken) }
@@ -248,7 +248,7 @@ func storm(t *testing.T, buses []*bus.Bus, total, distinct int) *stormResult {
 	return &res
 }
 
-// stormOnStore runs the seed's storm on one bus whose Uniqueness
+// stormOnStore runs the sign-up storm on one bus whose Uniqueness
 // middleware takes its keys on store and looks emails up in table, where
 // the handler writes, and asserts its outcome (requireStormOutcome).
 func stormOnStore(t *testing.T, store lockstore.Store, table staffTable) {

@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultClaimTimeout bounds the wait for the claims of one command when
-// Config.ClaimTimeout is zero. It is the seed's claim timeout.
+// Config.ClaimTimeout is zero.
 const DefaultClaimTimeout = 15 * time.Second
 
 // AssignClaims is the key under which BeforeDispatch keeps the claims it
@@ -204,7 +204,7 @@ func (c Config) Validate() error {
 
 // Middleware is the Uniqueness middleware: before a command's handler runs
 // it claims every unique field of the command, and it releases the claims
-// after the handler returns (see the package documentation). Use one per
+// after the handler returns (see uniqueness/README.md). Use one per
 // pipeline, with all the rules. It is safe for concurrent use.
 type Middleware struct {
 	claimer        *Claimer

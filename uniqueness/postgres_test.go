@@ -80,7 +80,7 @@ func newPGStore(t testing.TB, pool *pgxpool.Pool) *postgres.Store {
 	return store
 }
 
-// The seed's storm with the PostgreSQL store as the locker and a staff
+// The sign-up storm with the PostgreSQL store as the locker and a staff
 // table in the same database as the lookup.
 func TestStormOnPostgres(t *testing.T) {
 	t.Parallel()

@@ -18,7 +18,7 @@ import (
 // Reserve makes a rule keep a durable reservation of each value it claims,
 // in store, so that the value stays taken while the read model the lookup
 // reads does not show it yet (a projection fed by events, a replica): see
-// "Reservations" in the package documentation.
+// the reservations section of uniqueness/README.md.
 //
 // maxLag is how long a pending reservation whose owner is gone (a node that
 // crashed, a claim whose lock was lost, between the handler's commit and
@@ -275,10 +275,10 @@ func (f *inFlight) wait(ctx context.Context) error {
 // Flush waits until the confirmations of reservations that AfterDispatch
 // started have ended (each within middleware.DefaultReleaseTimeout; the
 // failures are logged), or ctx ends. AfterDispatch returns before the
-// reservations of the command are confirmed (see "Reservations" in the
-// package documentation); call Flush when shutting down, once no command
-// runs any more, so that the process does not exit before them. It
-// returns ctx's error when ctx ended first.
+// reservations of the command are confirmed (see uniqueness/README.md);
+// call Flush when shutting down, once no command runs any more, so that
+// the process does not exit before them. It returns ctx's error when ctx
+// ended first.
 func (m *Middleware) Flush(ctx context.Context) error {
 	return m.confirms.wait(ctx)
 }

@@ -14,8 +14,8 @@ import (
 )
 
 // LookupFunc reports whether value, already normalised, is taken: whether
-// the store the handler writes to holds it now. It must read that store
-// with strong consistency (see the package documentation).
+// the store the handler writes to holds it now (see uniqueness/README.md
+// for what it must read).
 type LookupFunc func(ctx context.Context, value string) (bool, error)
 
 // NormalizeFunc turns a field's value into the form that is unique, such

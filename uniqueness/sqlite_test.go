@@ -56,7 +56,7 @@ func (s *sqlTable) count(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// The seed's storm with the SQLite store as the locker and a SQLite table,
+// The sign-up storm with the SQLite store as the locker and a SQLite table,
 // in the same database, as the lookup.
 func TestStormOnSQLite(t *testing.T) {
 	t.Parallel()

@@ -5,7 +5,7 @@ import "time"
 // Config configures a Store. The zero value is ready to use.
 type Config struct {
 	// Now is the store's clock, for reservation ages and outcome
-	// retention (see the package documentation for why it is the
+	// retention (see docs/claimstore.md for why it is the
 	// process's). Default: time.Now. Tests inject a clock they move by
 	// hand.
 	Now func() time.Time

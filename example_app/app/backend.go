@@ -28,8 +28,8 @@ type Backend interface {
 	db() querier
 	// tx runs fn in a transaction, committed when fn returns nil.
 	tx(ctx context.Context, fn txFunc) error
-	// serialize runs fn in a transaction that holds key's lock (seed
-	// 003's serialize): one fn at a time per key, on every node. Both
+	// serialize runs fn in a transaction that holds key's lock: one fn at
+	// a time per key, on every node. Both
 	// backends have it from txLocking, on their store's
 	// lockstore.TxLocker.
 	serialize(ctx context.Context, key lockstore.Key, fn txFunc) error

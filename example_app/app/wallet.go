@@ -32,7 +32,7 @@ type Transfer struct {
 
 // transferKeys names the lock of each transfer command: one command per
 // transfer at a time, and a second one arriving meanwhile is rejected as
-// locked (seed 000).
+// locked.
 func transferKeys(cmd any) []lockstore.Key {
 	var id string
 	switch c := cmd.(type) {

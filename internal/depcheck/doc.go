@@ -1,6 +1,6 @@
 // Package depcheck holds no code, only tests of the module's imports:
 //
-//   - the layering: layers_test.go holds DESIGN's one-way dependencies as a
+//   - the layering: layers_test.go holds the module's one-way dependencies as a
 //     table, a row per package of the module listing the packages of the
 //     module its non-test files may import and why; an import its row does
 //     not allow, or a package without a row, fails the test with the

@@ -15,8 +15,8 @@ import (
 const module = "github.com/claimbus/claimbus"
 
 // anything marks a row whose package may import every package of the
-// module: the programs and end-to-end tests at the top (DESIGN:
-// "example_app, test → everything").
+// module: the programs and end-to-end tests at the top, which use
+// everything.
 const anything = "*"
 
 // leaves are the internal packages that import nothing of the module
@@ -31,7 +31,7 @@ type rule struct {
 	why string
 }
 
-// layers is DESIGN's "Dependencies flow one way" as a table: every package
+// layers is the module's one-way dependencies as a table: every package
 // of the module has a row, and its non-test files import only the packages
 // of the module its row lists, and the leaves. Test files are not held to it: a layer's
 // tests drive it through the layers above it, as its users do (uniqueness
@@ -39,8 +39,8 @@ type rule struct {
 // fails the test, so a new package is placed deliberately.
 var layers = map[string]rule{
 	// The core, bottom up.
-	"commands":  {why: "DESIGN: commands ← nothing"},
-	"lockstore": {why: "DESIGN: lockstore ← nothing of ours"},
+	"commands":  {why: "the command types: imports nothing of ours, so every layer may"},
+	"lockstore": {why: "the lock contract at the bottom: imports nothing of ours"},
 	"observe":   {why: "the observation hooks every layer reports through; imports nothing of ours so any layer may"},
 	"claimstore": {
 		may: []string{"lockstore", "claimstore/internal/claimcheck"},
@@ -48,11 +48,11 @@ var layers = map[string]rule{
 	},
 	"middleware": {
 		may: []string{"lockstore"},
-		why: "DESIGN: middleware → lockstore; the bus and uniqueness sit above it",
+		why: "the middleware takes locks; the bus and uniqueness sit above it",
 	},
 	"uniqueness": {
 		may: []string{"middleware", "lockstore", "claimstore", "observe"},
-		why: "DESIGN: uniqueness → middleware, lockstore, and its durable claims (claimstore); never the bus",
+		why: "claims on unique values: a middleware on locks and durable claims (claimstore); never the bus",
 	},
 	"idempotency": {
 		may: []string{"middleware", "lockstore", "claimstore", "observe"},
@@ -60,11 +60,11 @@ var layers = map[string]rule{
 	},
 	"bus": {
 		may: []string{"middleware"},
-		why: "DESIGN: bus → middleware; it knows no store and no built-in middleware",
+		why: "the bus runs middleware; it knows no store and no built-in middleware",
 	},
 	"telemetry": {
 		may: []string{"lockstore", "middleware", "observe", "uniqueness"},
-		why: "DESIGN: telemetry lives in its own package; the core packages never import it",
+		why: "telemetry lives in its own package; the core packages never import it",
 	},
 
 	// Backends: a heavy dependency stays in its own subpackage.
@@ -148,10 +148,11 @@ var layers = map[string]rule{
 	"internal/natstest":   {why: "the in-process NATS server of the tests"},
 	"internal/faultproxy": {why: "the TCP fault proxy of the tests"},
 	"internal/depcheck":   {why: "this test"},
+	"internal/cmd/counts": {why: "a program: the module's size counts, standard library only"},
 
 	// The top: programs and end-to-end tests.
-	"example_app":     {may: []string{anything}, why: "DESIGN: example_app → everything"},
-	"example_app/app": {may: []string{anything}, why: "DESIGN: example_app → everything"},
+	"example_app":     {may: []string{anything}, why: "a program: the example app uses everything"},
+	"example_app/app": {may: []string{anything}, why: "a program: the example app uses everything"},
 	"example_app/internal/storm": {
 		may: []string{"uniqueness"},
 		why: "the example app's load generator: it drives the app over HTTP",
@@ -161,7 +162,7 @@ var layers = map[string]rule{
 		why: "test support for the load generator",
 	},
 	"examples/quickstart": {may: []string{anything}, why: "a program: the README's quick start"},
-	"test":                {may: []string{anything}, why: "DESIGN: test → everything"},
+	"test":                {may: []string{anything}, why: "the end-to-end tests use everything"},
 }
 
 // violations checks graph (package → the packages of the module its
@@ -265,12 +266,12 @@ func TestViolationsNameThePackageTheImportAndTheRule(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"internal/new has no row in internal/depcheck's layers: add one saying which packages of the module it may import, and why",
-		"middleware imports bus, which its row does not allow: it may import lockstore and the internal leaves (DESIGN: middleware → lockstore; the bus and uniqueness sit above it)",
+		"middleware imports bus, which its row does not allow: it may import lockstore and the internal leaves (the middleware takes locks; the bus and uniqueness sit above it)",
 	}, violations(graph, layers))
 
 	require.Equal(t, []string{
 		"internal/wire imports internal/keyqueue, which its row does not allow: it may import nothing of the module, as a leaf (the metadata keys and the rejection encoding, imported by middleware and the bus, so it imports neither)",
-		"lockstore imports middleware, which its row does not allow: it may import only the internal leaves (DESIGN: lockstore ← nothing of ours)",
+		"lockstore imports middleware, which its row does not allow: it may import only the internal leaves (the lock contract at the bottom: imports nothing of ours)",
 	}, violations(map[string][]string{"lockstore": {"middleware", "internal/afterlost"}, "internal/wire": {"internal/keyqueue"}}, layers))
 	require.Empty(t, violations(map[string][]string{"bus": {"middleware", "internal/wire"}, "lockstore": {"internal/afterlost"}}, layers))
 }

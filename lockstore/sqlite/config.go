@@ -23,7 +23,7 @@ type Config struct {
 	// LockDir is the directory of the lock file named by the database
 	// file's identity, "claimbus-sqlite-<device>-<inode>.lock", which keeps
 	// out a Store of another process that opened the same file by another
-	// name (see the package documentation). Every process that may open
+	// name (see docs/lockstore.md). Every process that may open
 	// the database must use the same one: an absolute path to a directory
 	// that exists, that all of them may create files in, and that nothing
 	// cleans while a store runs. Point it elsewhere where /tmp is private
@@ -61,7 +61,7 @@ const DefaultBusyTimeout = 5 * time.Second
 
 // LockFileSuffix is appended to the database file's path to name one of
 // the files a Store locks (flock) for as long as it is open; the other is
-// named by the file's identity (see the package documentation).
+// named by the file's identity (see docs/lockstore.md).
 const LockFileSuffix = ".claimbus.lock"
 
 // DSN returns a modernc.org/sqlite connection string for the database file

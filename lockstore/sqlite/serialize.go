@@ -38,34 +38,8 @@ import (
 // rolls back and the error matches lockstore.ErrLockLost. A failed commit
 // comes back wrapped. On any error the result is T's zero value.
 //
-// # Nesting
-//
-// Inside an open transaction carried by ctx (one opened by Serialize on
-// this Store, or the caller's own attached with WithTx), Serialize runs fn
-// on that transaction at once, in a savepoint, taking no lock: the caller
-// holds SQLite's write lock, which excludes every other writer whatever
-// the key, and waiting for a key while holding it could deadlock. The same
-// key again reuses its token in the transaction; another key gets a new
-// one. When fn returns an error or panics, the transaction rolls back to
-// the savepoint: fn's writes and the effects registered inside it
-// (lockstore.AfterCommit, deeper calls included) are dropped, whatever the
-// enclosing fn does next; fn's error comes back as is. When fn succeeds
-// the savepoint is released. The outermost fn decides whether the
-// transaction commits. Inside Exclusive on the same key, Serialize does not
-// wait for the lock Exclusive holds, and uses its token.
-//
-// # Effects
-//
-// Serialize is a lockstore.AfterCommit scope: functions registered with
-// lockstore.AfterCommit(ctx, f) anywhere inside the outermost Serialize,
-// nested calls included (unless they rolled back to their savepoint), run
-// once it has committed and released its lock, in the order they were
-// registered; they never run when it rolls back. Keep fn to database work:
-// anything slow in it holds the database's only write lock.
-//
-// Bad input (a nil store or fn, an invalid key) gets an error at once, one
-// matching lockstore.ErrInvalidKey for a key; a closed store gets one
-// matching lockstore.ErrClosed.
+// Nesting inside an open transaction, AfterCommit effects and bad input:
+// docs/lockstore.md#serialize-nesting.
 func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx *sql.Tx) (T, error)) (T, error) {
 	var zero T
 	if err := s.precheck("Serialize", key, fn == nil); err != nil {

@@ -24,7 +24,7 @@ import (
 // second Store on the same file (the same device and inode), in this
 // process or another, opened by the same path, a hard link, a symlink or
 // a bind mount, fails to start with ErrFileLocked instead of handing out
-// the same keys twice (see the package documentation for the locks this
+// the same keys twice (see docs/lockstore.md for the locks this
 // takes, and their limits). The lock file next to the database file is
 // left in place at Close: removing it would race with a process opening
 // it.
