@@ -98,6 +98,37 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
+// A flag a command does not have, or a flag's bad value, is one line
+// naming it and -h, exit 2; -h still prints every flag.
+func TestRunBadFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		line string
+	}{
+		{[]string{"serve", "-bogus"}, "example_app serve: flag provided but not defined: -bogus (example_app serve -h lists the flags)"},
+		{[]string{"serve", "-addr"}, "example_app serve: flag needs an argument: -addr (example_app serve -h lists the flags)"},
+		{[]string{"serve", "-projection-lag", "soon"}, `example_app serve: invalid value "soon" for flag -projection-lag: parse error (example_app serve -h lists the flags)`},
+		{[]string{"storm", "--bogus"}, "example_app storm: flag provided but not defined: -bogus (example_app storm -h lists the flags)"},
+		{[]string{"storm", "-requests", "many"}, `example_app storm: invalid value "many" for flag -requests: parse error (example_app storm -h lists the flags)`},
+		{[]string{"pg", "-bogus"}, "example_app pg: flag provided but not defined: -bogus (example_app pg -h lists the flags)"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), tt.args, &stdout, &stderr), "%v: %s", tt.args, stderr.String())
+		require.Equal(t, tt.line+"\n", stderr.String(), tt.args)
+		require.Empty(t, stdout.String(), tt.args)
+	}
+	for _, cmd := range []string{"serve", "storm", "pg"} {
+		for _, h := range []string{"-h", "-help", "--help"} {
+			var stdout, stderr bytes.Buffer
+			require.Equal(t, 0, run(context.Background(), []string{cmd, h}, &stdout, &stderr), "%s %s: %s", cmd, h, stderr.String())
+			require.Greater(t, strings.Count(stderr.String(), "\n"), 5, "%s %s prints every flag: %s", cmd, h, stderr.String())
+			require.NotContains(t, stderr.String(), "flag provided", cmd)
+		}
+	}
+}
+
 // The fault tests' flag works under its name, and serve -h does not show
 // it.
 func TestServeHelpHidesTheTestFlag(t *testing.T) {

@@ -194,7 +194,6 @@ func (f serveFlags) validateNATS() []error {
 // serve runs the HTTP API until ctx ends, and returns the exit code.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example_app serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f serveFlags
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on; port 0 picks a free port (the address is printed)")
 	fs.StringVar(&f.node, "node", "", "`name` of this node, unique among the nodes of the database (required with -db; default \"local\" on SQLite)")
@@ -217,11 +216,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.trace, "trace", traceOff, "where the spans of the commands go: off, or stdout (metrics are on GET /metrics either way)")
 	fs.StringVar(&f.holdEmail, "test-hold-email", "",
 		"for fault tests only: a CreateStaff of this `email` waits, holding its claim, until the node stops")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if ok, code := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	fs.Visit(func(fl *flag.Flag) {
 		f.dataSet = f.dataSet || fl.Name == "data"
