@@ -24,7 +24,7 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.PrintDefaults()
 	}
 	cfg := storm.Config{Stderr: stderr}
-	fs.Func("target", "base `URLs` of the nodes, comma-separated (or the flag repeated); the requests go to them in turn, and nowhere else (required)", func(s string) error {
+	fs.Func("target", "base `URLs` of the nodes, such as http://127.0.0.1:8080 or 127.0.0.1:8080 (host:port is on http), comma-separated (or the flag repeated); the requests go to them in turn, and nowhere else (required)", func(s string) error {
 		for t := range strings.SplitSeq(s, ",") {
 			if t = strings.TrimSpace(t); t != "" {
 				cfg.Targets = append(cfg.Targets, t)
