@@ -86,8 +86,9 @@ func TestRunUsage(t *testing.T) {
 	}{
 		{args: []string{"bogus"}, code: 2, stderr: `unknown command "bogus"`},
 		{args: []string{"demo", "extra"}, code: 2, stderr: "the demo takes no arguments"},
-		{args: []string{"help"}, code: 0, stdout: "example_app serve [flags]"},
+		{args: []string{"help"}, code: 0, stdout: "example_app serve [flags]    run the HTTP API on an embedded SQLite file, or on PostgreSQL with -db URL"},
 		{args: []string{"serve", "-h"}, code: 0, stderr: "-transport"},
+		{args: []string{"serve", "-h"}, code: 0, stderr: "by default one node on the embedded SQLite file -data"},
 		{args: []string{"serve", "-bogus"}, code: 2, stderr: "flag provided but not defined: -bogus"},
 	}
 	for _, tt := range tests {

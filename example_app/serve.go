@@ -210,7 +210,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
 	// The fault tests' flag is parsed like the others, and left out of the
 	// help: it is not for people.
-	fs.Usage = usageWithout(fs, "test-hold-email")
+	fs.Usage = usageWithout(fs, "test-hold-email",
+		"Runs the HTTP API: by default one node on the embedded SQLite file -data, one process per file;\n"+
+			"with -db (or $DATABASE_URL), a node on PostgreSQL, where several nodes may share the database.")
 	fs.StringVar(&f.natsURL, "nats-url", "",
 		"with -transport nats: the NATS `URL`(s) (JetStream on), such as nats://127.0.0.1:4222, comma-separated for a cluster")
 	fs.StringVar(&f.trace, "trace", traceOff, "where the spans of the commands go: off, or stdout (metrics are on GET /metrics either way)")
@@ -257,10 +259,10 @@ func oneLine(err error) string {
 	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ").Replace(err.Error())
 }
 
-// usageWithout returns a usage function for fs that prints the defaults of
-// the flags registered so far, as fs.PrintDefaults does, but not the flag
-// hidden, whether or not it is registered yet.
-func usageWithout(fs *flag.FlagSet, hidden string) func() {
+// usageWithout returns a usage function for fs that prints about, then
+// the defaults of the flags registered so far, as fs.PrintDefaults does,
+// but not the flag hidden, whether or not it is registered yet.
+func usageWithout(fs *flag.FlagSet, hidden, about string) func() {
 	return func() {
 		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 		shown.SetOutput(fs.Output())
@@ -270,7 +272,7 @@ func usageWithout(fs *flag.FlagSet, hidden string) func() {
 				shown.Lookup(f.Name).DefValue = f.DefValue
 			}
 		})
-		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		fmt.Fprintf(fs.Output(), "usage: %s [flags]\n\n%s\n\n", fs.Name(), about)
 		shown.PrintDefaults()
 	}
 }
