@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -290,13 +291,28 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 		}
 	}()
 
+	// The address is taken first: a start that fails on it creates
+	// nothing (no SQLite file) and connects to nothing.
+	ln, err := net.Listen("tcp", f.addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("-addr %s: the address is in use: stop what listens there, or give another -addr (port 0 picks a free one)", f.addr)
+	}
+	if err != nil {
+		return fmt.Errorf("-addr %s: %w", f.addr, err)
+	}
+	closers = append(closers, func() error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) { // the server closes it
+			return err
+		}
+		return nil
+	})
 	obs, err := newObservability(f.trace, stdout)
 	if err != nil {
 		return err
 	}
 	closers = append(closers, obs.close)
 	if f.db == "" {
-		return runEmbedded(ctx, startCtx, f, obs, logger, stdout, &closers)
+		return runEmbedded(ctx, startCtx, f, ln, obs, logger, stdout, &closers)
 	}
 	pool, err := openPool(startCtx, f.db, f.node, 20)
 	if err != nil {
@@ -378,12 +394,24 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	watched, watchDone := make(chan error, 1), make(chan struct{})
 	go func() { defer close(watchDone); watched <- names.watch(wctx) }()
 	closers = append(closers, func() error { stopWatch(); <-watchDone; return nil })
-	return listenAndServe(ctx, f, obs.handler(node.Handler()), logger, stdout, stopping, watched, "postgres, transport "+f.transport+f.modelNote())
+	return serveOn(ctx, ln, f, obs.handler(node.Handler()), logger, stdout, stopping, watched, "postgres, transport "+f.transport+f.modelNote())
 }
 
 // runEmbedded runs the embedded node on the SQLite file f.data: one
-// process per file (the store's file lock), the transport in process.
-func runEmbedded(ctx, startCtx context.Context, f serveFlags, obs *observability, logger *slog.Logger, stdout io.Writer, closers *[]func() error) error {
+// process per file (the store's file lock), the transport in process. A
+// file it created is removed if the node does not start.
+func runEmbedded(ctx, startCtx context.Context, f serveFlags, ln net.Listener, obs *observability, logger *slog.Logger, stdout io.Writer, closers *[]func() error) error {
+	data, err := openDataFile(f.data, !f.dataSet)
+	if err != nil {
+		return err
+	}
+	started := false
+	*closers = append(*closers, func() error {
+		if !started {
+			data.remove()
+		}
+		return nil
+	})
 	db, err := sql.Open("sqlite", sqlite.DSN(f.data, 0))
 	if err != nil {
 		return fmt.Errorf("open %s: %w", f.data, err)
@@ -414,18 +442,16 @@ func runEmbedded(ctx, startCtx context.Context, f serveFlags, obs *observability
 		return fmt.Errorf("node: %w", err)
 	}
 	*closers = append(*closers, node.Close)
-	return listenAndServe(ctx, f, obs.handler(node.Handler()), logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess"+f.modelNote())
+	started = true
+	return serveOn(ctx, ln, f, obs.handler(node.Handler()), logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess"+f.modelNote())
 }
 
-// listenAndServe serves handler (the node's API) on f.addr until ctx ends or fatal
-// sends (the node cannot go on: its error, or nil), then shuts the
-// server down gracefully; stopping closes when the shutdown starts.
-func listenAndServe(ctx context.Context, f serveFlags, handler http.Handler, logger *slog.Logger, stdout io.Writer,
+// serveOn serves handler (the node's API) on ln, the listener of f.addr,
+// until ctx ends or fatal sends (the node cannot go on: its error, or
+// nil), then shuts the server down gracefully; stopping closes when the
+// shutdown starts.
+func serveOn(ctx context.Context, ln net.Listener, f serveFlags, handler http.Handler, logger *slog.Logger, stdout io.Writer,
 	stopping chan struct{}, fatal <-chan error, what string) (err error) {
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,4 +69,94 @@ func TestServeNoRedirects(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "only GET and HEAD /metrics are routes")
+}
+
+// An -addr another process listens on fails the start before any file is
+// created, with one line saying what to do.
+func TestServeAddrInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-db", "", "-data", filepath.Join(dir, "claimbus.db"), "-addr", ln.Addr().String()}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	line, _, _ := strings.Cut(stderr.String(), "\n")
+	require.Equal(t, "example_app serve: -addr "+ln.Addr().String()+": the address is in use: stop what listens there, or give another -addr (port 0 picks a free one)", line)
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left, "no file is left behind")
+}
+
+// A start cut short (Ctrl-C while the node starts) removes the SQLite
+// file it created, and the files beside it.
+func TestServeStartCancelledRemovesFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"serve", "-db", "", "-data", filepath.Join(dir, "claimbus.db"), "-addr", "127.0.0.1:0"}, &stdout, &stderr)
+	require.Equal(t, 1, code, "stdout: %s", stdout.String())
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left, "no file is left behind: %s", stderr.String())
+}
+
+// A -data that cannot be the node's file is one line naming the path and
+// why, not SQLite's "unable to open database file (14)"; no file is left
+// behind, and a file that was there is untouched.
+func TestServeBadData(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "notes.txt")
+	require.NoError(t, os.WriteFile(file, []byte("not a database, and long enough for SQLite to read its header: 0123456789abcdefghijklmnopqrstuvwxyz\n"), 0o644))
+	tests := []struct {
+		name, data, line string
+		asRoot           bool // whether the case holds for root, whom permissions do not stop
+	}{
+		{"no such directory", filepath.Join(dir, "nope", "claimbus.db"),
+			"-data " + filepath.Join(dir, "nope", "claimbus.db") + ": the directory " + filepath.Join(dir, "nope") + " does not exist (create it, or give another -data)", true},
+		{"a directory", dir, "-data " + dir + " is a directory: give a file, such as " + filepath.Join(dir, "claimbus.db"), true},
+		{"under a file", filepath.Join(file, "claimbus.db"),
+			"-data " + filepath.Join(file, "claimbus.db") + ": " + file + " is not a directory", true},
+		{"not SQLite", file, "-data " + file + " is not an SQLite database: give another -data, or remove the file", true},
+	}
+	readOnly := filepath.Join(dir, "read-only")
+	require.NoError(t, os.Mkdir(readOnly, 0o500))
+	readOnlyFile := filepath.Join(dir, "read-only.db")
+	require.NoError(t, os.WriteFile(readOnlyFile, nil, 0o400))
+	tests = append(tests,
+		struct {
+			name, data, line string
+			asRoot           bool
+		}{"directory not writable", filepath.Join(readOnly, "claimbus.db"),
+			"-data " + filepath.Join(readOnly, "claimbus.db") + ": cannot create the file: permission denied", false},
+		struct {
+			name, data, line string
+			asRoot           bool
+		}{"file not writable", readOnlyFile, "-data " + readOnlyFile + ": cannot open the file for writing: permission denied", false})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !tt.asRoot && os.Geteuid() == 0 {
+				t.Skip("root writes where permissions say no")
+			}
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), []string{"serve", "-db", "", "-data", tt.data, "-addr", "127.0.0.1:0"}, &stdout, &stderr)
+			require.Equal(t, 1, code, "stdout: %s", stdout.String())
+			line, _, _ := strings.Cut(stderr.String(), "\n")
+			require.Equal(t, "example_app serve: "+tt.line, line)
+		})
+	}
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	require.ElementsMatch(t, []string{"notes.txt", "read-only", "read-only.db"}, names, "no file is left behind")
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(b), "not a database"), "the file is untouched")
 }
