@@ -13,9 +13,24 @@ import (
 	"github.com/claimbus/claimbus/lockstore/sqlite"
 )
 
-// This file is the embedded node's SQLite file (-data): the checks that give a bad path's cause in words before SQLite
+// This file is the embedded node's SQLite file (-data): where it is by
+// default, the checks that give a bad path's cause in words before SQLite
 // would say "unable to open database file (14)", and the clean-up of a
 // file that a failed start created.
+
+// defaultData is the default of -data: claimbus.db in the user's cache
+// directory ($XDG_CACHE_HOME or ~/.cache on Linux, ~/Library/Caches on
+// macOS), in the temporary directory when there is none. It is out of the
+// working directory, which is often a clone of the repository, and it
+// outlives a restart of the node, as a server's data should; it is only
+// example data, so a cache that gets cleared loses nothing of value.
+func defaultData() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "claimbus", "example_app", "claimbus.db")
+}
 
 // sqliteHeader is how every SQLite database file begins.
 var sqliteHeader = []byte("SQLite format 3\x00")

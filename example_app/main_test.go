@@ -219,8 +219,9 @@ func TestServeFlags(t *testing.T) {
 	require.Contains(t, stderr.String(), `unexpected arguments ["extra"]`)
 }
 
-// Without -db the node is embedded: -node defaults to "local", -data to
-// claimbus.db, and a transport other than inprocess is refused.
+// Without -db the node is embedded: -node defaults to "local" (and -data
+// to a file in the user's cache directory, TestServeDataDefault), and a
+// transport other than inprocess is refused.
 func TestServeEmbeddedFlags(t *testing.T) {
 	t.Parallel()
 	embedded := serveFlags{addr: "127.0.0.1:0", node: "local", data: "claimbus.db", transport: "inprocess", logLevel: "info"}

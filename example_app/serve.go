@@ -200,7 +200,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.node, "node", "", "`name` of this node, unique among the nodes of the database (required with -db; default \"local\" on SQLite)")
 	fs.StringVar(&f.db, "db", os.Getenv("DATABASE_URL"),
 		"PostgreSQL `URL` of the database the nodes share (default $DATABASE_URL); without it, one embedded node on the SQLite file -data")
-	fs.StringVar(&f.data, "data", "claimbus.db", "without -db: the SQLite `file` of the embedded node, created when missing; one process at a time")
+	fs.StringVar(&f.data, "data", defaultData(),
+		"without -db: the SQLite `file` of the embedded node, created when missing (and its directory, for the default); one process at a time")
 	fs.StringVar(&f.transport, "transport", "inprocess",
 		"how commands reach their handlers: inprocess (the node that receives a request handles it), postgres (one queue per command in the database, shared by every node) or nats (one JetStream queue per command, with -nats-url)")
 	fs.StringVar(&f.staffModel, "staff-model", string(app.StaffTable),

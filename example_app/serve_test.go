@@ -71,6 +71,37 @@ func TestServeNoRedirects(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "only GET and HEAD /metrics are routes")
 }
 
+// Without -data the embedded node's file is in the user's cache
+// directory, not in the working directory (a clone of the repository,
+// often): the start-up line names it, and it is there after the node
+// stopped, its directory created.
+func TestServeDataDefault(t *testing.T) {
+	cache, work := t.TempDir(), t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("DATABASE_URL", "")
+	t.Chdir(work)
+	want := filepath.Join(cache, "claimbus", "example_app", "claimbus.db")
+
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"serve", "-h"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), `(default "`+want+`")`)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	var out, errOut syncBuffer
+	go func() { exited <- run(ctx, []string{"serve", "-addr", "127.0.0.1:0"}, &out, &errOut) }()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "listening on") }, 10*time.Second, 10*time.Millisecond, "stderr: %s", errOut.String())
+	require.Contains(t, out.String(), "(sqlite "+want+", transport inprocess)")
+	cancel()
+	require.Equal(t, 0, <-exited, "stderr: %s", errOut.String())
+
+	require.FileExists(t, want)
+	left, err := os.ReadDir(work)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing in the working directory")
+}
+
 // An -addr another process listens on fails the start before any file is
 // created, with one line saying what to do.
 func TestServeAddrInUse(t *testing.T) {
