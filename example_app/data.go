@@ -104,7 +104,7 @@ func checkExisting(path string) error {
 	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("-data %s: cannot read the file: %w", path, cause(err))
 	case !bytes.Equal(head[:n], sqliteHeader):
-		return fmt.Errorf("-data %s is not an SQLite database: give another -data, or remove the file", path)
+		return fmt.Errorf("-data %s is not an SQLite database: give another -data (serve never writes over a file that is not one)", path)
 	}
 	return nil
 }

@@ -152,7 +152,7 @@ func TestServeBadData(t *testing.T) {
 		{"a directory", dir, "-data " + dir + " is a directory: give a file, such as " + filepath.Join(dir, "claimbus.db"), true},
 		{"under a file", filepath.Join(file, "claimbus.db"),
 			"-data " + filepath.Join(file, "claimbus.db") + ": " + file + " is not a directory", true},
-		{"not SQLite", file, "-data " + file + " is not an SQLite database: give another -data, or remove the file", true},
+		{"not SQLite", file, "-data " + file + " is not an SQLite database: give another -data (serve never writes over a file that is not one)", true},
 	}
 	readOnly := filepath.Join(dir, "read-only")
 	require.NoError(t, os.Mkdir(readOnly, 0o500))
