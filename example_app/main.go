@@ -5,9 +5,11 @@
 //
 //	go run ./example_app
 //
-// With serve it runs the HTTP API on PostgreSQL; several nodes may share
+// With serve it runs the HTTP API: by default one node on an embedded
+// SQLite file, or with -db on PostgreSQL, where several nodes may share
 // one database:
 //
+//	go run ./example_app serve
 //	go run ./example_app serve -addr 127.0.0.1:8080 -node a -db postgres://postgres@127.0.0.1:5432/claimbus
 //
 // See README.md beside this file.
@@ -24,7 +26,7 @@ import (
 
 const usage = `usage:
   example_app                  run the demo on an embedded SQLite database
-  example_app serve [flags]    run the HTTP API on PostgreSQL (example_app serve -h for the flags)
+  example_app serve [flags]    run the HTTP API on an embedded SQLite file, or on PostgreSQL with -db URL (example_app serve -h for the flags)
   example_app storm [flags]    send a storm of sign-ups to nodes, then check them (example_app storm -h)
   example_app pg [flags]       start a throwaway PostgreSQL for several nodes, print its URL (example_app pg -h)
 `

@@ -86,8 +86,9 @@ func TestRunUsage(t *testing.T) {
 	}{
 		{args: []string{"bogus"}, code: 2, stderr: `unknown command "bogus"`},
 		{args: []string{"demo", "extra"}, code: 2, stderr: "the demo takes no arguments"},
-		{args: []string{"help"}, code: 0, stdout: "example_app serve [flags]"},
+		{args: []string{"help"}, code: 0, stdout: "example_app serve [flags]    run the HTTP API on an embedded SQLite file, or on PostgreSQL with -db URL"},
 		{args: []string{"serve", "-h"}, code: 0, stderr: "-transport"},
+		{args: []string{"serve", "-h"}, code: 0, stderr: "by default one node on the embedded SQLite file -data"},
 		{args: []string{"serve", "-bogus"}, code: 2, stderr: "flag provided but not defined: -bogus"},
 	}
 	for _, tt := range tests {
@@ -95,6 +96,37 @@ func TestRunUsage(t *testing.T) {
 		require.Equal(t, tt.code, run(context.Background(), tt.args, &stdout, &stderr), "%v: %s", tt.args, stderr.String())
 		require.Contains(t, stderr.String(), tt.stderr, tt.args)
 		require.Contains(t, stdout.String(), tt.stdout, tt.args)
+	}
+}
+
+// A flag a command does not have, or a flag's bad value, is one line
+// naming it and -h, exit 2; -h still prints every flag.
+func TestRunBadFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		line string
+	}{
+		{[]string{"serve", "-bogus"}, "example_app serve: flag provided but not defined: -bogus (example_app serve -h lists the flags)"},
+		{[]string{"serve", "-addr"}, "example_app serve: flag needs an argument: -addr (example_app serve -h lists the flags)"},
+		{[]string{"serve", "-projection-lag", "soon"}, `example_app serve: invalid value "soon" for flag -projection-lag: parse error (example_app serve -h lists the flags)`},
+		{[]string{"storm", "--bogus"}, "example_app storm: flag provided but not defined: -bogus (example_app storm -h lists the flags)"},
+		{[]string{"storm", "-requests", "many"}, `example_app storm: invalid value "many" for flag -requests: parse error (example_app storm -h lists the flags)`},
+		{[]string{"pg", "-bogus"}, "example_app pg: flag provided but not defined: -bogus (example_app pg -h lists the flags)"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), tt.args, &stdout, &stderr), "%v: %s", tt.args, stderr.String())
+		require.Equal(t, tt.line+"\n", stderr.String(), tt.args)
+		require.Empty(t, stdout.String(), tt.args)
+	}
+	for _, cmd := range []string{"serve", "storm", "pg"} {
+		for _, h := range []string{"-h", "-help", "--help"} {
+			var stdout, stderr bytes.Buffer
+			require.Equal(t, 0, run(context.Background(), []string{cmd, h}, &stdout, &stderr), "%s %s: %s", cmd, h, stderr.String())
+			require.Greater(t, strings.Count(stderr.String(), "\n"), 5, "%s %s prints every flag: %s", cmd, h, stderr.String())
+			require.NotContains(t, stderr.String(), "flag provided", cmd)
+		}
 	}
 }
 
@@ -187,8 +219,9 @@ func TestServeFlags(t *testing.T) {
 	require.Contains(t, stderr.String(), `unexpected arguments ["extra"]`)
 }
 
-// Without -db the node is embedded: -node defaults to "local", -data to
-// claimbus.db, and a transport other than inprocess is refused.
+// Without -db the node is embedded: -node defaults to "local" (and -data
+// to a file in the user's cache directory, TestServeDataDefault), and a
+// transport other than inprocess is refused.
 func TestServeEmbeddedFlags(t *testing.T) {
 	t.Parallel()
 	embedded := serveFlags{addr: "127.0.0.1:0", node: "local", data: "claimbus.db", transport: "inprocess", logLevel: "info"}

@@ -34,7 +34,6 @@ const pgStopTimeout = 15 * time.Second
 // stop, 2 for a usage error.
 func pgCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example_app pg", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: example_app pg [flags]\n\n"+
 			"Starts a throwaway PostgreSQL server (initdb into a temporary directory, on 127.0.0.1)\n"+
@@ -44,11 +43,8 @@ func pgCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	port := fs.Int("port", 0, "TCP `port` on 127.0.0.1; 0 picks a free one")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if ok, code := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 || *port < 0 || *port > 65535 {
 		fmt.Fprintf(stderr, "example_app pg: bad flags: want only -port 0..65535, got %q\n", args)

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -194,13 +195,13 @@ func (f serveFlags) validateNATS() []error {
 // serve runs the HTTP API until ctx ends, and returns the exit code.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example_app serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f serveFlags
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on; port 0 picks a free port (the address is printed)")
 	fs.StringVar(&f.node, "node", "", "`name` of this node, unique among the nodes of the database (required with -db; default \"local\" on SQLite)")
 	fs.StringVar(&f.db, "db", os.Getenv("DATABASE_URL"),
 		"PostgreSQL `URL` of the database the nodes share (default $DATABASE_URL); without it, one embedded node on the SQLite file -data")
-	fs.StringVar(&f.data, "data", "claimbus.db", "without -db: the SQLite `file` of the embedded node, created when missing; one process at a time")
+	fs.StringVar(&f.data, "data", defaultData(),
+		"without -db: the SQLite `file` of the embedded node, created when missing (and its directory, for the default); one process at a time")
 	fs.StringVar(&f.transport, "transport", "inprocess",
 		"how commands reach their handlers: inprocess (the node that receives a request handles it), postgres (one queue per command in the database, shared by every node) or nats (one JetStream queue per command, with -nats-url)")
 	fs.StringVar(&f.staffModel, "staff-model", string(app.StaffTable),
@@ -211,17 +212,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
 	// The fault tests' flag is parsed like the others, and left out of the
 	// help: it is not for people.
-	fs.Usage = usageWithout(fs, "test-hold-email")
+	fs.Usage = usageWithout(fs, "test-hold-email",
+		"Runs the HTTP API: by default one node on the embedded SQLite file -data, one process per file;\n"+
+			"with -db (or $DATABASE_URL), a node on PostgreSQL, where several nodes may share the database.")
 	fs.StringVar(&f.natsURL, "nats-url", "",
 		"with -transport nats: the NATS `URL`(s) (JetStream on), such as nats://127.0.0.1:4222, comma-separated for a cluster")
 	fs.StringVar(&f.trace, "trace", traceOff, "where the spans of the commands go: off, or stdout (metrics are on GET /metrics either way)")
 	fs.StringVar(&f.holdEmail, "test-hold-email", "",
 		"for fault tests only: a CreateStaff of this `email` waits, holding its claim, until the node stops")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if ok, code := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	fs.Visit(func(fl *flag.Flag) {
 		f.dataSet = f.dataSet || fl.Name == "data"
@@ -261,10 +261,10 @@ func oneLine(err error) string {
 	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ").Replace(err.Error())
 }
 
-// usageWithout returns a usage function for fs that prints the defaults of
-// the flags registered so far, as fs.PrintDefaults does, but not the flag
-// hidden, whether or not it is registered yet.
-func usageWithout(fs *flag.FlagSet, hidden string) func() {
+// usageWithout returns a usage function for fs that prints about, then
+// the defaults of the flags registered so far, as fs.PrintDefaults does,
+// but not the flag hidden, whether or not it is registered yet.
+func usageWithout(fs *flag.FlagSet, hidden, about string) func() {
 	return func() {
 		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 		shown.SetOutput(fs.Output())
@@ -274,7 +274,7 @@ func usageWithout(fs *flag.FlagSet, hidden string) func() {
 				shown.Lookup(f.Name).DefValue = f.DefValue
 			}
 		})
-		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		fmt.Fprintf(fs.Output(), "usage: %s [flags]\n\n%s\n\n", fs.Name(), about)
 		shown.PrintDefaults()
 	}
 }
@@ -292,13 +292,28 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 		}
 	}()
 
+	// The address is taken first: a start that fails on it creates
+	// nothing (no SQLite file) and connects to nothing.
+	ln, err := net.Listen("tcp", f.addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("-addr %s: the address is in use: stop what listens there, or give another -addr (port 0 picks a free one)", f.addr)
+	}
+	if err != nil {
+		return fmt.Errorf("-addr %s: %w", f.addr, err)
+	}
+	closers = append(closers, func() error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) { // the server closes it
+			return err
+		}
+		return nil
+	})
 	obs, err := newObservability(f.trace, stdout)
 	if err != nil {
 		return err
 	}
 	closers = append(closers, obs.close)
 	if f.db == "" {
-		return runEmbedded(ctx, startCtx, f, obs, logger, stdout, &closers)
+		return runEmbedded(ctx, startCtx, f, ln, obs, logger, stdout, &closers)
 	}
 	pool, err := openPool(startCtx, f.db, f.node, 20)
 	if err != nil {
@@ -380,12 +395,24 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 	watched, watchDone := make(chan error, 1), make(chan struct{})
 	go func() { defer close(watchDone); watched <- names.watch(wctx) }()
 	closers = append(closers, func() error { stopWatch(); <-watchDone; return nil })
-	return listenAndServe(ctx, f, obs.handler(node.Handler()), logger, stdout, stopping, watched, "postgres, transport "+f.transport+f.modelNote())
+	return serveOn(ctx, ln, f, obs.handler(node.Handler()), logger, stdout, stopping, watched, "postgres, transport "+f.transport+f.modelNote())
 }
 
 // runEmbedded runs the embedded node on the SQLite file f.data: one
-// process per file (the store's file lock), the transport in process.
-func runEmbedded(ctx, startCtx context.Context, f serveFlags, obs *observability, logger *slog.Logger, stdout io.Writer, closers *[]func() error) error {
+// process per file (the store's file lock), the transport in process. A
+// file it created is removed if the node does not start.
+func runEmbedded(ctx, startCtx context.Context, f serveFlags, ln net.Listener, obs *observability, logger *slog.Logger, stdout io.Writer, closers *[]func() error) error {
+	data, err := openDataFile(f.data, !f.dataSet)
+	if err != nil {
+		return err
+	}
+	started := false
+	*closers = append(*closers, func() error {
+		if !started {
+			data.remove()
+		}
+		return nil
+	})
 	db, err := sql.Open("sqlite", sqlite.DSN(f.data, 0))
 	if err != nil {
 		return fmt.Errorf("open %s: %w", f.data, err)
@@ -416,18 +443,16 @@ func runEmbedded(ctx, startCtx context.Context, f serveFlags, obs *observability
 		return fmt.Errorf("node: %w", err)
 	}
 	*closers = append(*closers, node.Close)
-	return listenAndServe(ctx, f, obs.handler(node.Handler()), logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess"+f.modelNote())
+	started = true
+	return serveOn(ctx, ln, f, obs.handler(node.Handler()), logger, stdout, stopping, nil, "sqlite "+f.data+", transport inprocess"+f.modelNote())
 }
 
-// listenAndServe serves handler (the node's API) on f.addr until ctx ends or fatal
-// sends (the node cannot go on: its error, or nil), then shuts the
-// server down gracefully; stopping closes when the shutdown starts.
-func listenAndServe(ctx context.Context, f serveFlags, handler http.Handler, logger *slog.Logger, stdout io.Writer,
+// serveOn serves handler (the node's API) on ln, the listener of f.addr,
+// until ctx ends or fatal sends (the node cannot go on: its error, or
+// nil), then shuts the server down gracefully; stopping closes when the
+// shutdown starts.
+func serveOn(ctx context.Context, ln net.Listener, f serveFlags, handler http.Handler, logger *slog.Logger, stdout io.Writer,
 	stopping chan struct{}, fatal <-chan error, what string) (err error) {
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,

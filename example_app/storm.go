@@ -16,7 +16,6 @@ import (
 // one did (or the storm could not run to its end), 2 for a usage error.
 func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example_app storm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: example_app storm -target URL[,URL...] [flags]\n\n"+
 			"Sends POST /staff sign-ups to the nodes, few emails in random letter case, then checks\n"+
@@ -25,7 +24,7 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.PrintDefaults()
 	}
 	cfg := storm.Config{Stderr: stderr}
-	fs.Func("target", "base `URLs` of the nodes, comma-separated (or the flag repeated); the requests go to them in turn, and nowhere else (required)", func(s string) error {
+	fs.Func("target", "base `URLs` of the nodes, such as http://127.0.0.1:8080 or 127.0.0.1:8080 (host:port is on http), comma-separated (or the flag repeated); the requests go to them in turn, and nowhere else (required)", func(s string) error {
 		for t := range strings.SplitSeq(s, ",") {
 			if t = strings.TrimSpace(t); t != "" {
 				cfg.Targets = append(cfg.Targets, t)
@@ -39,11 +38,8 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.Timeout, "timeout", storm.DefaultTimeout, "bound on each request")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed of the emails, their spellings and their order, to repeat a run; 0 picks one (printed in the summary)")
 	progress := fs.String("progress", string(storm.ProgressAuto), "auto (a bar on a terminal, lines otherwise), bar, lines (one a second on stderr) or off")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if ok, code := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	cfg.Progress = storm.Progress(*progress)
 	err := cfg.Validate()

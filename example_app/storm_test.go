@@ -124,7 +124,9 @@ func TestStormFlags(t *testing.T) {
 		want []string
 	}{
 		{nil, 2, []string{"bad flags", "-target is required"}},
-		{[]string{"-target", "localhost:8080"}, 2, []string{`-target "localhost:8080": want an http:// or https:// URL`}},
+		{[]string{"-target", "ftp://localhost:8080"}, 2, []string{`-target "ftp://localhost:8080": want host:port, or an http:// or https:// URL, such as 127.0.0.1:8080`}},
+		{[]string{"-target", "localhost:http"}, 2, []string{`-target "localhost:http": want host:port, or an http:// or https:// URL, such as 127.0.0.1:8080 or http://127.0.0.1:8080: invalid port ":http" after host`}},
+		{[]string{"-target", urls[0] + "," + strings.TrimPrefix(urls[0], "http://")}, 2, []string{"is given twice"}},
 		{[]string{"-target", urls[0], "-requests", "0"}, 2, []string{"-requests 0: give 1 to 1000000"}},
 		{[]string{"-target", urls[0], "-requests", "10", "-emails", "20"}, 2, []string{"-emails 20 is more than -requests 10"}},
 		{[]string{"-target", urls[0], "-concurrency", "0"}, 2, []string{"-concurrency 0"}},
@@ -152,6 +154,21 @@ func TestStormFlags(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(context.Background(), []string{"help"}, &stdout, &stderr))
 	require.Contains(t, stdout.String(), "example_app storm [flags]")
+}
+
+// A target without a scheme is host:port on http, as serve prints it
+// without the http://.
+func TestStormTargetHostPort(t *testing.T) {
+	t.Parallel()
+	store, _, urls := fakeNodes(t, nil)
+	var hostPorts []string
+	for _, u := range urls {
+		hostPorts = append(hostPorts, strings.TrimPrefix(u, "http://"))
+	}
+	code, stdout, stderr := runStorm(t, "-target", strings.Join(hostPorts, ","), "-requests", "100", "-emails", "10", "-progress", "off")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Regexp(t, `(?m)^  node a \(`+urls[0]+`\): \d+ sent`, stdout, "the report names the URL it used")
+	require.Equal(t, 10, store.Len())
 }
 
 // An unreachable target: exit 1 before anything is sent.

@@ -65,12 +65,18 @@ func newObservability(traceTo string, out io.Writer) (*observability, error) {
 	return o, nil
 }
 
-// handler serves GET /metrics, and the rest with api.
+// handler serves GET (and HEAD) /metrics, and the rest with api. It is no
+// ServeMux: one would answer a path that is not in canonical form (such as
+// //wallets/a) with a redirect and an HTML body before api could answer it
+// with its JSON 404.
 func (o *observability) handler(api http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", o.metrics)
-	mux.Handle("/", api)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.EscapedPath() == "/metrics" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			o.metrics.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 // close flushes the spans not printed yet and stops the providers.

@@ -45,7 +45,8 @@ const (
 // Validate names them so; the flags' defaults are the Default constants.
 type Config struct {
 	// Targets are the base URLs of the nodes, such as
-	// http://127.0.0.1:8080: http or https, a host, no query. The sign-ups
+	// http://127.0.0.1:8080: http or https, a host, no query; host:port
+	// alone, such as 127.0.0.1:8080, is on http. The sign-ups
 	// go to them in turn, and nowhere else. Required.
 	Targets []string
 	// Requests is how many POST /staff to send: 1 to MaxRequests.
@@ -78,7 +79,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Targets) == 0 {
-		errs = append(errs, errors.New("-target is required: the base URL of each node, comma-separated, such as http://127.0.0.1:8080,http://127.0.0.1:8081"))
+		errs = append(errs, errors.New("-target is required: the base URL (or host:port) of each node, comma-separated, such as http://127.0.0.1:8080,127.0.0.1:8081"))
 	}
 	seen := map[string]bool{}
 	for _, t := range c.Targets {
@@ -114,15 +115,26 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// targetForm is the form of a target, for the errors of parseTarget.
+const targetForm = "want host:port, or an http:// or https:// URL, such as 127.0.0.1:8080 or http://127.0.0.1:8080"
+
 // parseTarget checks a target and returns its base URL, without a
-// trailing slash.
+// trailing slash. A target without a scheme, such as 127.0.0.1:8080 (the
+// address serve listens on), is on http.
 func parseTarget(s string) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(s))
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	var uerr *url.Error
 	switch {
+	case errors.As(err, &uerr):
+		return "", fmt.Errorf("%s: %w", targetForm, uerr.Err)
 	case err != nil:
-		return "", err
+		return "", fmt.Errorf("%s: %w", targetForm, err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return "", errors.New("want an http:// or https:// URL, such as http://127.0.0.1:8080")
+		return "", errors.New(targetForm)
 	case u.Host == "" || u.Hostname() == "":
 		return "", errors.New("the URL has no host")
 	case u.User != nil:

@@ -19,8 +19,10 @@ func TestConfigValidate(t *testing.T) {
 		want []string
 	}{
 		{"no target", func(c *Config) { c.Targets = nil }, []string{"-target is required"}},
-		{"not a URL", func(c *Config) { c.Targets = []string{"127.0.0.1:8080"} }, []string{`-target "127.0.0.1:8080"`}},
-		{"ftp", func(c *Config) { c.Targets = []string{"ftp://127.0.0.1"} }, []string{"want an http:// or https:// URL"}},
+		{"not a URL", func(c *Config) { c.Targets = []string{"a b:8080"} }, []string{`-target "a b:8080": want host:port, or an http:// or https:// URL`}},
+		{"not a port", func(c *Config) { c.Targets = []string{"127.0.0.1:port"} }, []string{`-target "127.0.0.1:port": want host:port`, `invalid port ":port"`}},
+		{"host:port twice", func(c *Config) { c.Targets = []string{"127.0.0.1:8080", "http://127.0.0.1:8080"} }, []string{"given twice"}},
+		{"ftp", func(c *Config) { c.Targets = []string{"ftp://127.0.0.1"} }, []string{"or an http:// or https:// URL"}},
 		{"no host", func(c *Config) { c.Targets = []string{"http://"} }, []string{"no host"}},
 		{"user", func(c *Config) { c.Targets = []string{"http://u:p@127.0.0.1:8080"} }, []string{"user name"}},
 		{"query", func(c *Config) { c.Targets = []string{"http://127.0.0.1:8080/?x=1"} }, []string{"without a query"}},
@@ -46,7 +48,16 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 
-	base, err := parseTarget(" http://127.0.0.1:8080/ ")
-	require.NoError(t, err)
-	require.Equal(t, "http://127.0.0.1:8080", base)
+	for in, want := range map[string]string{
+		" http://127.0.0.1:8080/ ": "http://127.0.0.1:8080",
+		"https://node-a:8443":      "https://node-a:8443",
+		"127.0.0.1:8080":           "http://127.0.0.1:8080",
+		"localhost:8080/":          "http://localhost:8080",
+		"[::1]:8080":               "http://[::1]:8080",
+		"node-a":                   "http://node-a",
+	} {
+		base, err := parseTarget(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, base, in)
+	}
 }
