@@ -235,23 +235,18 @@ func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.R
 	writeJSON(w, status, rej)
 }
 
-// rejectionStatus is the HTTP status of a rejection code.
+// rejectionStatus is the HTTP status of a rejection code: the app's own
+// codes, then middleware.HTTPStatus for claimbus's.
 func rejectionStatus(code string) int {
 	switch code {
-	case middleware.CodeAlreadyTaken, CodeNotOpen, CodeConflictingReplay, middleware.CodeIdempotencyConflict:
+	case CodeNotOpen, CodeConflictingReplay:
 		return http.StatusConflict
-	case middleware.CodeInvalid, CodeInsufficientFunds:
+	case CodeInsufficientFunds:
 		return http.StatusUnprocessableEntity
-	case middleware.CodeLocked:
-		return http.StatusLocked
 	case CodeNotFound:
 		return http.StatusNotFound
-	case middleware.CodeTimeout:
-		return http.StatusGatewayTimeout
-	case middleware.CodeUnavailable:
-		return http.StatusServiceUnavailable
 	}
-	return http.StatusInternalServerError
+	return middleware.HTTPStatus(&middleware.Rejection{Code: code})
 }
 
 // writeError writes a failure that is not a command's rejection, in the
