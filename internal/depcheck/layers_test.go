@@ -162,6 +162,7 @@ var layers = map[string]rule{
 		why: "test support for the load generator",
 	},
 	"examples/quickstart": {may: []string{anything}, why: "a program: the README's quick start"},
+	"examples/cqrsapp":    {may: []string{anything}, why: "a program: a cqrs app adopting claimbus"},
 	"test":                {may: []string{anything}, why: "the end-to-end tests use everything"},
 }
 
