@@ -130,6 +130,10 @@ func (t *exampleTB) Fatalf(f string, a ...any) {
 // FailNow ends the test, as require's failures do.
 func (t *exampleTB) FailNow() { runtime.Goexit() }
 
+// Log drops the test log (the failure log of the bus goes there): an
+// example prints only its Output.
+func (t *exampleTB) Log(...any) {}
+
 func (t *exampleTB) cleanup() {
 	for _, f := range slices.Backward(t.cleanups) {
 		f()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -27,8 +28,11 @@ type Options struct {
 	Handlers func(b *bus.Bus) error
 	// Config is the rest of the bus's configuration; its Middleware is
 	// replaced by what Middleware returns. Default: the zero Config, a bus
-	// in process.
+	// in process, whose failure log goes to the test's log (t.Log).
 	Config bus.Config
+	// OnReset resets the application's own state (its read model, its
+	// tables); Reset calls it after the stores. Default: none.
+	OnReset func(ctx context.Context) error
 }
 
 // Stores are the memory stores of a test bus, shared by its middleware.
@@ -47,8 +51,9 @@ type TestBus struct {
 	// Bus is the bus: bus.Dispatch[R](ctx, tb.Bus, cmd).
 	Bus *bus.Bus
 	Stores
-	claims *resettableClaims
-	mws    []middleware.Middleware
+	claims  *resettableClaims
+	mws     []middleware.Middleware
+	onReset func(ctx context.Context) error
 }
 
 // NewBus starts a bus configured by opts, with fresh memory stores, and
@@ -61,13 +66,16 @@ func NewBus(t testing.TB, opts Options) *TestBus {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, locks.Close()) })
 	claims := &resettableClaims{m: claimstore.NewMemory(claimstore.MemoryConfig{})}
-	tb := &TestBus{Stores: Stores{Locks: locks, Claims: claims}, claims: claims}
+	tb := &TestBus{Stores: Stores{Locks: locks, Claims: claims}, claims: claims, onReset: opts.OnReset}
 	if opts.Middleware != nil {
 		tb.mws, err = opts.Middleware(tb.Stores)
 		require.NoError(t, err, "bustest: Options.Middleware")
 	}
 	cfg := opts.Config
 	cfg.Middleware = tb.mws
+	if cfg.FailureLog == (middleware.FailureLog{}) {
+		cfg.FailureLog.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
 	tb.Bus = StartBus(t, cfg, func(b *bus.Bus) {
 		require.NoError(t, opts.Handlers(b), "bustest: Options.Handlers")
 	})
@@ -88,18 +96,29 @@ type flusher interface {
 // taken again and a lock held before is free. The uniqueness claims keep
 // no state between commands (a claim lives while its command runs), so
 // call Reset while no command runs (it fails while a Dispatch waits).
+// Then it calls Options.OnReset, for the application's own state.
 func (b *TestBus) Reset(ctx context.Context) error {
 	if n := b.Bus.Pending(); n > 0 {
 		return fmt.Errorf("bustest: Reset while %d Dispatch calls wait for their outcome", n)
 	}
+	err := resetStores(ctx, b.mws, b.Locks, b.claims)
+	if b.onReset != nil {
+		err = errors.Join(err, b.onReset(ctx))
+	}
+	return err
+}
+
+// resetStores waits for the work mws do after an answer, then ends every
+// lock of locks and forgets what claims keeps.
+func resetStores(ctx context.Context, mws []middleware.Middleware, locks *lockstore.Memory, claims *resettableClaims) error {
 	var errs []error
-	for _, m := range b.mws {
+	for _, m := range mws {
 		if f, ok := m.(flusher); ok {
 			errs = append(errs, f.Flush(ctx))
 		}
 	}
-	errs = append(errs, b.Locks.Reset(ctx))
-	b.claims.reset()
+	errs = append(errs, locks.Reset(ctx))
+	claims.reset()
 	return errors.Join(errs...)
 }
 
