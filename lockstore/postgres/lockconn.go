@@ -81,10 +81,6 @@ type requestKind uint8
 const (
 	lockRequest requestKind = iota
 	unlockRequest
-	// renewRequest is a lock request that takes over a lock handed over in
-	// place (see handoffs): it draws the new holder's token on the session
-	// that holds the lock, and confirms prev, the holder's release.
-	renewRequest
 )
 
 // States of a lock request, for the race between its result and its
@@ -95,16 +91,14 @@ const (
 	requestAbandoned
 )
 
-// A request is one try-lock, one unlock or one renew, queued on a
-// lockConn.
+// A request is one try-lock or one unlock, queued on a lockConn.
 type request struct {
 	kind requestKind
 	id   LockID
-	key  lockstore.Key // lock and renew requests
+	key  lockstore.Key // lock requests
 	lock *pgLock       // unlock requests
-	prev *request      // renew requests: the unlock request handed over
 
-	state atomic.Int32  // lock and renew requests: pending, completed, abandoned
+	state atomic.Int32  // lock requests: pending, completed, abandoned
 	done  chan struct{} // closed when the result is set
 
 	// probe, for a lock request of TryLockProbe, is run in the round trip
@@ -164,17 +158,15 @@ var (
 
 // submit queues r, or fails at once when the connection is down (an error
 // matching lockstore.ErrUnavailable), retired (errRetired), or the store is
-// closed. An unlock of a lock from an earlier connection, or a renew of
-// one, fails with errStaleLock. A queued lock or renew request counts in
-// load.
+// closed. An unlock of a lock from an earlier connection fails with
+// errStaleLock. A queued lock request counts in load.
 func (c *lockConn) submit(r *request) error {
 	c.mu.Lock()
 	switch {
 	case c.closed:
 		c.mu.Unlock()
 		return lockstore.ErrClosed
-	case r.kind == unlockRequest && r.lock.gen != c.gen,
-		r.kind == renewRequest && r.prev.lock.gen != c.gen:
+	case r.kind == unlockRequest && r.lock.gen != c.gen:
 		c.mu.Unlock()
 		return errStaleLock
 	case c.retired:
@@ -185,15 +177,8 @@ func (c *lockConn) submit(r *request) error {
 		c.mu.Unlock()
 		return err
 	}
-	if r.kind != unlockRequest && c.load.Add(1) >= int64(c.s.cfg.LocksPerConn) && !c.full.Swap(true) {
+	if r.kind == lockRequest && c.load.Add(1) >= int64(c.s.cfg.LocksPerConn) && !c.full.Swap(true) {
 		defer c.s.rebalance()
-	}
-	if r.kind == unlockRequest {
-		// A handover that found nobody unlocks for real (unlockHandedOver):
-		// the lock is an ordinary one being released again, and drop passes
-		// its turn. Cleared here, under c.mu with the queueing, so that no
-		// drop sees the lock neither handed over nor queued.
-		r.lock.handedOver = false
 	}
 	if r.lazy {
 		r.queued = time.Now()
@@ -513,27 +498,17 @@ const sqlstateOutOfSharedMemory = "53200"
 // room is settled by settleCapacity instead.
 func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 	n := len(batch)
-	ops := make([]int16, n)
+	isLock := make([]bool, n)
 	ns := make([]int32, n)
 	ids := make([]int32, n)
-	carried := n // a renew carries a release and a grant
 	for i, r := range batch {
-		ops[i] = batchOps[r.kind]
+		isLock[i] = r.kind == lockRequest
 		ns[i], ids[i] = r.id.Namespace, r.id.ID
-		if r.kind == renewRequest {
-			carried++
-		}
 	}
 	c.roundTrips.Add(1)
-	c.requests.Add(int64(carried))
+	c.requests.Add(int64(n))
 	c.s.stats.roundTrips.Add(1)
-	c.s.stats.requests.Add(int64(carried))
-	var pid int64 // the backend a renew must run on
-	if carried > n {
-		c.mu.Lock()
-		pid = int64(c.pid)
-		c.mu.Unlock()
-	}
+	c.s.stats.requests.Add(int64(n))
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(base, c.deadline(sent))
 	defer cancel()
@@ -541,16 +516,9 @@ func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 	var results []int64
 	var err error
 	if probes == nil {
-		if n == 1 && batch[0].kind == renewRequest {
-			// A hot key's round trip: a statement without the arrays
-			// (BenchmarkHotKey64/impl=claimbus: about 20% less per
-			// grant than the batch statement, 7 runs in 8).
-			results, err = c.query(ctx, c.s.renewSQL, 1, pid)
-		} else {
-			results, err = c.query(ctx, c.s.batchSQL, n, ops, ns, ids, pid)
-		}
+		results, err = c.query(ctx, c.s.batchSQL, n, isLock, ns, ids)
 	} else {
-		results, err = c.queryProbing(ctx, n, probes, ops, ns, ids, pid)
+		results, err = c.queryProbing(ctx, n, probes, isLock, ns, ids)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateOutOfSharedMemory {
@@ -567,9 +535,6 @@ func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 			r.err = fmt.Errorf("postgres: release %s: the server did not hold it (the connection was closed): %w", r.lock.key, lockstore.ErrLockLost)
 			notHeld = fmt.Errorf("pg_advisory_unlock(%d, %d) returned false", r.id.Namespace, r.id.ID)
 		}
-		if r.kind == renewRequest && results[i] == 0 {
-			notHeld = fmt.Errorf("a renew of (%d, %d) ran on backend pid other than %d", r.id.Namespace, r.id.ID, pid)
-		}
 	}
 	if notHeld != nil {
 		// In doubt: close the connection rather than guess what it holds.
@@ -577,11 +542,6 @@ func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 	}
 	now := time.Now()
 	for i, r := range batch {
-		if r.kind == renewRequest {
-			// Counted before the holder's Release returns.
-			c.s.stats.handovers.Add(1)
-			c.handedOff(r.prev)
-		}
 		switch {
 		case r.kind == unlockRequest:
 			c.released(r)
@@ -780,11 +740,6 @@ func (c *lockConn) settleCapacity(ctx context.Context, batch []*request, ns, ids
 			c.released(r)
 			continue
 		}
-		if r.kind == renewRequest {
-			// The lock handed over was among the batch's locks the settle
-			// found held and unlocked; its successor fails like a try-lock.
-			c.handedOff(r.prev)
-		}
 		c.s.stats.capacity.Add(1)
 		c.unload()
 		if r.state.CompareAndSwap(requestPending, requestCompleted) {
@@ -806,30 +761,16 @@ SELECT t.i, CASE WHEN EXISTS (SELECT 1 FROM mine WHERE mine.a = t.a::int8 AND mi
 	THEN CASE WHEN pg_advisory_unlock(t.a, t.b) THEN 1 ELSE 0 END ELSE 0 END
 FROM unnest($1::int4[], $2::int4[]) WITH ORDINALITY AS t(a, b, i)`
 
-// renewSQLFor is the statement of a round trip that carries one renew and
-// nothing else: batchSQLFor's answer for it, (1, a token drawn from seq
-// when the statement runs on backend pid $1, else 0).
-func renewSQLFor(seq string) string {
-	return `SELECT 1::int8, CASE WHEN pg_backend_pid() = $1::int4 THEN nextval(` + seq + `) ELSE 0 END`
-}
-
-// Ops of batchSQLFor, by request kind.
-var batchOps = [...]int16{unlockRequest: 0, lockRequest: 1, renewRequest: 2}
-
 // batchSQLFor is the statement of one round trip: for each element of the
-// arrays, in order, an unlock (op 0: 1 when the session held the lock, 0
-// when not), a try-lock (op 1: a fencing token drawn from seq in the same
-// statement when granted, 0 when not; the sequence starts at 1) or a renew
-// of a lock the session holds (op 2: a token drawn from seq, without
-// touching the lock, when the statement runs on backend pid $4, 0 when
-// not). WITH ORDINALITY numbers the results, so none is matched by
-// position.
+// arrays, in order, an unlock (op false: 1 when the session held the lock,
+// 0 when not) or a try-lock (op true: a fencing token drawn from seq in the
+// same statement when granted, 0 when not; the sequence starts at 1). WITH
+// ORDINALITY numbers the results, so none is matched by position.
 func batchSQLFor(seq string) string {
-	return `SELECT t.i, CASE t.op ` +
-		`WHEN 1 THEN CASE WHEN pg_try_advisory_lock(t.a, t.b) THEN nextval(` + seq + `) ELSE 0 END ` +
-		`WHEN 2 THEN CASE WHEN pg_backend_pid() = $4::int4 THEN nextval(` + seq + `) ELSE 0 END ` +
+	return `SELECT t.i, CASE WHEN t.op ` +
+		`THEN CASE WHEN pg_try_advisory_lock(t.a, t.b) THEN nextval(` + seq + `) ELSE 0 END ` +
 		`ELSE CASE WHEN pg_advisory_unlock(t.a, t.b) THEN 1 ELSE 0 END END ` +
-		`FROM unnest($1::int2[], $2::int4[], $3::int4[]) WITH ORDINALITY AS t(op, a, b, i)`
+		`FROM unnest($1::bool[], $2::int4[], $3::int4[]) WITH ORDINALITY AS t(op, a, b, i)`
 }
 
 // released applies a confirmed unlock: the lock ends, its turn passes on.
@@ -856,9 +797,6 @@ func (c *lockConn) granted(r *request, token int64, now time.Time) {
 		return
 	}
 	l := &pgLock{c: c, key: r.key, id: r.id, token: token, at: now, lost: make(chan struct{})}
-	if r.prev != nil {
-		l.handovers = r.prev.lock.handovers + 1
-	}
 	c.mu.Lock()
 	l.gen = c.gen
 	c.held[r.id] = l
@@ -966,16 +904,8 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	// c.mu, so that a Release that finds the connection down (submit fails)
 	// knows its lock has already ended and its turn passed on.
 	held := make([]*pgLock, 0, len(c.held))
-	var handedOver []*request
 	for _, l := range c.held {
 		held = append(held, l)
-		if l.handedOver {
-			// Its release waits in place: unless a waiter or pass took it
-			// already (they fail it), it fails here.
-			if r := c.s.handoffs.claim(l.id, l); r != nil {
-				handedOver = append(handedOver, r)
-			}
-		}
 	}
 	clear(c.held)
 	if !closing {
@@ -992,18 +922,9 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	for range held {
 		c.unload()
 	}
-	for _, r := range handedOver {
-		r.err = fmt.Errorf("postgres: release %s: %w", r.lock.key, lostErr)
-		r.finish()
-	}
 
 	for _, rs := range [][]*request{inflight, pending} {
 		for _, r := range rs {
-			if r.kind == renewRequest {
-				// The lock handed over was among held.
-				r.prev.err = fmt.Errorf("postgres: release %s: %w", r.prev.lock.key, lostErr)
-				r.prev.finish()
-			}
 			switch {
 			case r.kind == unlockRequest:
 				// Its lock was among held: it ended with the session, but
