@@ -13,6 +13,19 @@ import (
 // 1ms and longer polls of another node waiting for the key.
 const lazyUnlockDelay = time.Millisecond
 
+// companyWaitLocked is how long the first n pending requests wait before
+// they go: when they are only lazy unlocks, and fewer than MaxBatch, they
+// wait for a request that needs its answer, up to lazyUnlockDelay after
+// the first of them, and no later than the connection's next ping would be
+// (the owner does not watch the connection meanwhile). At most 0: they go
+// now. c.mu is held.
+func (c *lockConn) companyWaitLocked(n int) time.Duration {
+	if c.eager > 0 || n >= c.s.cfg.MaxBatch {
+		return 0
+	}
+	return min(c.s.lazyDelay-time.Since(c.pending[0].queued), time.Until(c.confirmed.Add(c.s.cfg.KeepAlive)))
+}
+
 // waitCompany waits up to wait for an eager request (submit wakes the
 // owner when the first one comes). It returns false when the store closes.
 func (c *lockConn) waitCompany(wait time.Duration) bool {

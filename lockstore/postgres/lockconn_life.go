@@ -286,18 +286,15 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	// The server freed every lock of the closed session. They end under
 	// c.mu, so that a Release that finds the connection down (submit fails)
 	// knows its lock has already ended and its turn passed on.
-	held := make([]*pgLock, 0, len(c.held))
-	for _, l := range c.held {
-		held = append(held, l)
-	}
-	clear(c.held)
+	held := len(c.held)
 	if !closing {
-		c.s.stats.lost.Add(int64(len(held)))
+		c.s.stats.lost.Add(int64(held))
 	}
-	fire := make([]afterlost.Chain, 0, len(held))
-	for _, l := range held {
+	fire := make([]afterlost.Chain, 0, held)
+	for _, l := range c.held {
 		fire = append(fire, l.end(lostErr))
 	}
+	clear(c.held)
 	c.mu.Unlock()
 	for _, f := range fire {
 		f.Fire()
@@ -314,13 +311,8 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 				// nothing confirmed it was held up to the unlock.
 				r.err = fmt.Errorf("postgres: release %s: %w", r.lock.key, lostErr)
 				r.finish()
-			case r.state.CompareAndSwap(requestPending, requestCompleted):
-				c.unload()
-				r.err = reqErr
-				close(r.done)
 			default:
-				c.unload()
-				c.s.queue.pass(r.id) // its caller gave up
+				c.refuse(r, reqErr)
 			}
 		}
 	}

@@ -55,8 +55,7 @@ func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[string]*p
 	order := make([]*probeRun, 0, len(probes))
 	for sql, p := range probes {
 		if err := c.prepareProbe(ctx, sql); err != nil {
-			var pgErr *pgconn.PgError
-			if !errors.As(err, &pgErr) {
+			if !isServerError(err) {
 				return nil, err
 			}
 			p.err = fmt.Errorf("postgres: probe: %w", err)
@@ -69,33 +68,40 @@ func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[string]*p
 		return c.query(ctx, c.s.batchSQL, n, args...)
 	}
 	br := c.conn.SendBatch(ctx, &b)
-	rows, err := br.Query()
-	var results []int64
-	if err == nil {
-		results, err = scanResults(rows, n)
+	results, err := scanProbing(br, n, order)
+	if cerr := br.Close(); err == nil && cerr != nil && !isServerError(cerr) {
+		return nil, cerr
 	}
+	return results, err
+}
+
+// scanProbing reads the answers of queryProbing's batch: the batch
+// statement's results, then each probe's, in order.
+func scanProbing(br pgx.BatchResults, n int, order []*probeRun) ([]int64, error) {
+	rows, err := br.Query()
 	if err != nil {
-		_ = br.Close()
+		return nil, err
+	}
+	results, err := scanResults(rows, n)
+	if err != nil {
 		return nil, err
 	}
 	for _, p := range order {
-		p.taken, p.err = scanProbe(br)
-		var pgErr *pgconn.PgError
-		if p.err != nil && !errors.As(p.err, &pgErr) {
-			_ = br.Close()
-			return nil, p.err
-		}
-		if p.err != nil {
+		if p.taken, p.err = scanProbe(br); p.err != nil {
+			if !isServerError(p.err) {
+				return nil, p.err
+			}
 			p.err = fmt.Errorf("postgres: probe: %w", p.err)
 		}
 	}
-	if err := br.Close(); err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) {
-			return nil, err
-		}
-	}
 	return results, nil
+}
+
+// isServerError reports whether err is an error the server answered (a
+// missing table, a type mismatch), not one of the connection.
+func isServerError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
 
 // prepareProbe prepares sql on the connection, under its own text as its

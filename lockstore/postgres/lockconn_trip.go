@@ -45,19 +45,12 @@ func (c *lockConn) flush() {
 			c.mu.Unlock()
 			return
 		}
-		if c.eager == 0 && n < c.s.cfg.MaxBatch {
-			// Only lazy unlocks: they wait for a request that needs its
-			// answer, up to lazyUnlockDelay after the first of them, and
-			// no later than the connection's next ping would be (the owner
-			// does not watch the connection meanwhile).
-			wait := min(c.s.lazyDelay-time.Since(c.pending[0].queued), time.Until(c.confirmed.Add(c.s.cfg.KeepAlive)))
-			if wait > 0 {
-				c.mu.Unlock()
-				if !c.waitCompany(wait) {
-					return
-				}
-				continue
+		if wait := c.companyWaitLocked(n); wait > 0 {
+			c.mu.Unlock()
+			if !c.waitCompany(wait) {
+				return
 			}
+			continue
 		}
 		batch := make([]*request, n)
 		copy(batch, c.pending)
@@ -215,12 +208,7 @@ func (c *lockConn) released(r *request) {
 // granted applies the result of a try-lock: token 0 means not granted.
 func (c *lockConn) granted(r *request, token int64, now time.Time) {
 	if token == 0 {
-		c.unload()
-		if r.state.CompareAndSwap(requestPending, requestCompleted) {
-			close(r.done)
-		} else {
-			c.s.queue.pass(r.id) // its caller gave up
-		}
+		c.refuse(r, nil)
 		return
 	}
 	l := &pgLock{c: c, key: r.key, id: r.id, token: token, at: now, lost: make(chan struct{})}
@@ -246,6 +234,19 @@ func (c *lockConn) granted(r *request, token int64, now time.Time) {
 	c.mu.Unlock()
 }
 
+// refuse ends r, a lock request that gets no lock: with err, or with no
+// result and no error when another session holds the key. When its caller
+// gave up, its turn passes here.
+func (c *lockConn) refuse(r *request, err error) {
+	c.unload()
+	if r.state.CompareAndSwap(requestPending, requestCompleted) {
+		r.err = err
+		close(r.done)
+	} else {
+		c.s.queue.pass(r.id) // its caller gave up
+	}
+}
+
 // settleCapacity settles a batch whose statement failed with "out of
 // shared memory": a try-lock found no room in the server's lock table. The
 // statement stopped part way, and session advisory locks ignore the
@@ -268,13 +269,7 @@ func (c *lockConn) settleCapacity(ctx context.Context, batch []*request, ns, ids
 			continue
 		}
 		c.s.stats.capacity.Add(1)
-		c.unload()
-		if r.state.CompareAndSwap(requestPending, requestCompleted) {
-			r.err = capErr
-			close(r.done)
-		} else {
-			c.s.queue.pass(r.id) // its caller gave up
-		}
+		c.refuse(r, capErr)
 	}
 	return nil
 }
