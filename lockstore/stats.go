@@ -22,10 +22,6 @@ type Stats struct {
 	// CapacityRefusals is the number of lock requests refused with
 	// ErrCapacity.
 	CapacityRefusals int64
-	// Handovers is the number of grants handed over in place from the
-	// previous holder on the same node, without a release on the server
-	// in between.
-	Handovers int64
 }
 
 // StatsReporter is implemented by stores that report Stats. Stats is cheap

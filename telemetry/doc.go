@@ -82,10 +82,9 @@
 //     claimbus.store): claimbus.locks.held and claimbus.locks.waiting
 //     (gauges), claimbus.lockconn.round_trips,
 //     claimbus.lockconn.batched_requests (their ratio is the mean batch
-//     size), claimbus.lockconn.reconnects, claimbus.locks.lost,
-//     claimbus.locks.capacity_refusals and claimbus.locks.handovers
-//     (counters). A store reports what it
-//     keeps (see lockstore.Stats); the others stay 0.
+//     size), claimbus.lockconn.reconnects, claimbus.locks.lost and
+//     claimbus.locks.capacity_refusals (counters). A store reports what
+//     it keeps (see lockstore.Stats); the others stay 0.
 //   - Observable, per ObserveClaims: claimbus.claims.held,
 //     claimbus.claims.waiting and claimbus.reservations.pending (gauges),
 //     claimbus.reservations.confirmed and claimbus.reservations.cancelled

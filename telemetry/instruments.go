@@ -49,7 +49,6 @@ const (
 	MetricReconnects       = "claimbus.lockconn.reconnects"
 	MetricLocksLost        = "claimbus.locks.lost"
 	MetricCapacityRefusals = "claimbus.locks.capacity_refusals"
-	MetricHandovers        = "claimbus.locks.handovers"
 	MetricClaimsHeld       = "claimbus.claims.held"
 	MetricClaimsWaiting    = "claimbus.claims.waiting"
 
@@ -71,7 +70,7 @@ type instruments struct {
 
 	locksHeld, locksWaiting         metric.Int64ObservableGauge
 	roundTrips, batched, reconnects metric.Int64ObservableCounter
-	locksLost, capacity, handovers  metric.Int64ObservableCounter
+	locksLost, capacity             metric.Int64ObservableCounter
 	claimsHeld, claimsWaiting       metric.Int64ObservableGauge
 	resvPending                     metric.Int64ObservableGauge
 	resvConfirmed, resvCancelled    metric.Int64ObservableCounter
@@ -113,7 +112,6 @@ func (in *instruments) init(m metric.Meter) error {
 	in.reconnects = total(MetricReconnects, "{reconnect}", "Lock connections connected again after they broke.")
 	in.locksLost = total(MetricLocksLost, "{lock}", "Locks that ended other than by their release.")
 	in.capacity = total(MetricCapacityRefusals, "{request}", "Lock requests refused for lack of capacity.")
-	in.handovers = total(MetricHandovers, "{grant}", "Grants of a lock handed over in place from its previous holder.")
 	in.claimsHeld = gauge(MetricClaimsHeld, "{claim}", "Claims of this process granted and not released.")
 	in.claimsWaiting = gauge(MetricClaimsWaiting, "{claim}", "Claimants of this process waiting for a key.")
 	in.resvPending = gauge(MetricReservationsPending, "{reservation}", "Reservations this process wrote and has not confirmed or cancelled yet.")
@@ -124,5 +122,5 @@ func (in *instruments) init(m metric.Meter) error {
 
 func (in *instruments) observables() []metric.Observable {
 	return []metric.Observable{in.locksHeld, in.locksWaiting, in.roundTrips, in.batched, in.reconnects,
-		in.locksLost, in.capacity, in.handovers, in.claimsHeld, in.claimsWaiting, in.resvPending, in.resvConfirmed, in.resvCancelled}
+		in.locksLost, in.capacity, in.claimsHeld, in.claimsWaiting, in.resvPending, in.resvConfirmed, in.resvCancelled}
 }

@@ -166,7 +166,7 @@ func TestLockerStatsMetrics(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tel.Close()) })
 	stats := lockstore.Stats{Held: 1, Waiting: 2, RoundTrips: 3, BatchedRequests: 4, Reconnects: 5,
-		LocksLost: 6, CapacityRefusals: 7, Handovers: 8}
+		LocksLost: 6, CapacityRefusals: 7}
 	require.NoError(t, tel.ObserveLocker("pg", statsSource(stats)))
 
 	m := collect(t, reader)
@@ -179,7 +179,6 @@ func TestLockerStatsMetrics(t *testing.T) {
 		telemetry.MetricReconnects:       stats.Reconnects,
 		telemetry.MetricLocksLost:        stats.LocksLost,
 		telemetry.MetricCapacityRefusals: stats.CapacityRefusals,
-		telemetry.MetricHandovers:        stats.Handovers,
 	} {
 		require.Contains(t, m, name)
 		require.Equal(t, want, sumOf(t, m[name], pg), name)

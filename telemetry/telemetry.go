@@ -170,7 +170,6 @@ func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(in.reconnects, s.Reconnects, l.attrs)
 		o.ObserveInt64(in.locksLost, s.LocksLost, l.attrs)
 		o.ObserveInt64(in.capacity, s.CapacityRefusals, l.attrs)
-		o.ObserveInt64(in.handovers, s.Handovers, l.attrs)
 	}
 	for _, c := range t.claimers {
 		s := c.src.Stats()

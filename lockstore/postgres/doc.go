@@ -74,40 +74,6 @@
 // the statement that takes the lock, so they cost no round trip and grow
 // across all nodes.
 //
-// # A hot key handed over in place
-//
-// When a holder's Release (or ReleaseLater) finds a waiter of the same
-// lock id queued on this node, the store does not unlock on the server: the session keeps
-// the advisory lock, and the first waiter takes it over with a renew, one
-// round trip that draws the waiter's token from the sequence on the
-// session that still holds the lock (checking it is the connection's
-// backend) and confirms the holder's release. A hot key contended on one
-// node so costs one round trip per grant instead of two. What holds:
-//
-//   - FIFO: the waiter handed the key is the first queued on this node for
-//     its lock id (its key may be another key of the same lock id).
-//   - Tokens: the new holder's token is drawn in the renew, so it is
-//     greater than every token granted before, on every node.
-//   - Release tells the truth: the holder's Release returns nil once the
-//     renew succeeded (the session, alive then, held the lock up to it:
-//     session locks end only by an unlock or with the session).
-//   - Bound: at most 64 grants of one lock id in a row are handed over in
-//     place; the next release unlocks on the server, which grants the key
-//     to a session waiting there at once, and lets another node's poll in.
-//
-// Faults: when the waiter gives up (its ctx ends, Close) before its renew
-// is sent, and nobody else of this node waits for the lock id, the store
-// unlocks on the server as Release would have, and the holder's Release
-// returns its result; a waiter that gives up while its renew is on the
-// server leaves the holder's release confirmed, and its own grant is
-// unlocked. When the lock connection fails, or the store closes, before
-// the renew is confirmed, the holder's Release fails with an error
-// matching lockstore.ErrLockLost (as an unlock would; Close does not send
-// a release waiting in place as it sends queued unlocks), the waiter fails
-// with lockstore.ErrUnavailable (or lockstore.ErrClosed) or, once its turn
-// comes after the reconnect, gets a fresh grant, and the server has freed
-// the key with the session. Stats.Handovers counts the grants handed over.
-//
 // # Serialize, Exclusive and WithTx
 //
 // A *Store is a lockstore.TxLocker[pgx.Tx, *pgx.Conn]: the contract of

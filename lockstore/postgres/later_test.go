@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -254,4 +255,19 @@ func TestTryLockProbeFailing(t *testing.T) {
 	freeOn(ctx, t, s, key)     // and free on this node
 	require.Equal(t, pid, connPIDs(s)[0], "the connection was kept")
 	require.Zero(t, s.Stats().LocksLost)
+}
+
+// freeOn waits until other, another store on the same database, takes key,
+// and releases it: the server no longer holds it for anyone.
+func freeOn(ctx context.Context, t *testing.T, other *Store, key lockstore.Key) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("another store takes %s", key), func() bool {
+		l, err := other.TryLock(ctx, key)
+		if errors.Is(err, lockstore.ErrLocked) {
+			return false
+		}
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		return true
+	})
 }

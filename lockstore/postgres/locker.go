@@ -36,13 +36,6 @@ type pgLock struct {
 	// lostErr says why the lock was lost; it is set before state becomes
 	// lockLost.
 	lostErr error
-	// handovers counts the grants before this one handed over in place in
-	// a row (see handoffs); at maxHandovers its release unlocks.
-	handovers int
-	// handedOver, guarded by c.mu, is set while the lock's release waits
-	// in place for its lock id's next holder (see handoffs): the turn is no
-	// longer the lock's.
-	handedOver bool
 	// afterMu guards after, the AfterLost registrations while the lock is
 	// not lost.
 	afterMu sync.Mutex
@@ -93,10 +86,8 @@ func (l *pgLock) WatchLost(n *afterlost.Node) {
 	}
 }
 
-// Release runs pg_advisory_unlock on the lock connection, or, when a
-// caller of this node waits for the lock id, hands the lock over to it in
-// place (see the package doc: its renew confirms this release), and waits
-// for the server's answer, whatever ctx says: the unlock runs under the store's
+// Release runs pg_advisory_unlock on the lock connection and waits for the
+// server's answer, whatever ctx says: the unlock runs under the store's
 // context and within the lease bound (a round trip that takes longer
 // closes the connection, which frees the lock too), so a release is never
 // cut short by a caller going away, and once Release returns the key can be
@@ -124,9 +115,8 @@ func (l *pgLock) Release(context.Context) error {
 // same connection to share its round trip, then goes on its own. done is
 // called with Release's result in the lock connection's goroutine, or at
 // once when the release fails before it is queued. A ReleaseLater on a lock
-// whose key claimants of this node wait for is not delayed: it is handed
-// over in place to the first of them, as Release would (see the package
-// doc), or sent at once past the bound of handovers in a row.
+// whose key claimants of this node wait for is not delayed: its unlock is
+// sent at once, as Release's would be.
 func (l *pgLock) ReleaseLater(done func(error)) {
 	if done == nil {
 		done = func(error) {}
@@ -150,17 +140,10 @@ func (l *pgLock) startRelease(later func(error)) (*request, error) {
 	}
 	r := &request{kind: unlockRequest, id: l.id, lock: l, done: make(chan struct{})}
 	r.later = later
-	s := l.c.s
-	waited := s.queue.waiters() > 0 && s.queue.waiting(l.id) > 0
-	if waited && l.handovers < maxHandovers && l.c.handOver(r) {
-		// The next waiter of the lock id on this node takes the lock over in
-		// place: its renew confirms this release (see handoffs).
-		s.queue.pass(l.id)
-		return r, nil
-	}
 	// A waiter's turn comes with the unlock's answer: its unlock goes at
 	// once.
-	r.lazy = later != nil && !waited
+	q := l.c.s.queue
+	r.lazy = later != nil && (q.waiters() == 0 || q.waiting(l.id) == 0)
 	if err := l.c.submit(r); err != nil {
 		// Every error of submit means the connection the lock lived on is
 		// gone (ErrClosed, errStaleLock, errRetired) or down
@@ -183,11 +166,8 @@ func (l *pgLock) end(cause error) afterlost.Chain {
 		l.state.Store(lockReleased)
 	}
 	// The turn passes before Lost closes: a holder that takes the key again
-	// as soon as it sees the loss must not find its own old turn. A lock
-	// handed over passed its turn already.
-	if !l.handedOver {
-		l.c.s.queue.pass(l.id)
-	}
+	// as soon as it sees the loss must not find its own old turn.
+	l.c.s.queue.pass(l.id)
 	if lost {
 		close(l.lost)
 	}
@@ -328,21 +308,6 @@ func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgL
 // attemptProbe is attempt with probe, when not nil, run in the round trip
 // that grants the lock; it reports what the probe found.
 func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, probe *lockstore.Probe) (*pgLock, bool, error) {
-	if prev := s.handoffs.claim(id, nil); prev != nil {
-		// The previous holder handed the lock over in place: the grant
-		// takes its place (so MaxHeld is not checked).
-		s.held.Add(1)
-		r := &request{kind: renewRequest, id: id, key: key, prev: prev, probe: probe, done: make(chan struct{})}
-		err := prev.lock.c.submit(r)
-		if err == nil {
-			return s.await(ctx, r)
-		}
-		// The lock's connection is gone (its drop ended the lock, and left
-		// the release to whoever took it): the release fails, and the key,
-		// freed with the session, is tried as usual.
-		s.held.Add(-1)
-		s.failHandover(prev, err)
-	}
 	if n := s.held.Add(1); n > int64(s.maxHeld) {
 		s.held.Add(-1)
 		s.stats.capacity.Add(1)
@@ -368,8 +333,8 @@ func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, 
 	return s.await(ctx, r)
 }
 
-// await waits for the result of r, a lock or renew request of
-// attemptProbe, and reports what its probe found.
+// await waits for the result of r, a lock request of attemptProbe, and
+// reports what its probe found.
 func (s *Store) await(ctx context.Context, r *request) (*pgLock, bool, error) {
 	select {
 	case <-r.done:

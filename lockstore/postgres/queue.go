@@ -21,13 +21,8 @@ const queueShards = 64
 // (released, lost) or its attempt fails; whoever ends it calls pass, exactly
 // once, which hands the turn straight to the first waiter. A lock id takes
 // memory only while its turn is held (see keyqueue.Queue).
-//
-// The Locker's queue (s set) also carries the releases handed over in
-// place (see handoffs): pass keeps a turn whose handover found nobody
-// waiting until the lock is unlocked on the server.
 type turnQueue struct {
 	q *keyqueue.Queue[LockID]
-	s *Store // the Locker's queue: handovers
 }
 
 func newTurnQueue() *turnQueue {
@@ -41,31 +36,11 @@ func (q *turnQueue) tryTake(id LockID) bool { return q.q.TryTake(id) }
 // error) or closing is closed (lockstore.ErrClosed). On error the caller
 // does not hold the turn and has left no trace in the queue.
 func (q *turnQueue) take(ctx context.Context, closing <-chan struct{}, id LockID) error {
-	return q.q.TakeWith(ctx, closing, lockstore.ErrClosed, id, q.pass)
+	return q.q.Take(ctx, closing, lockstore.ErrClosed, id)
 }
 
 // pass ends the current turn of id: the first waiter, if any, takes it.
-// When a release of id was handed over in place and nobody waits any more,
-// the turn stays held and the lock is unlocked on the server; the unlock
-// passes the turn.
-func (q *turnQueue) pass(id LockID) {
-	if q.s == nil || !q.s.handoffs.has(id) {
-		// No entry can appear meanwhile: only the turn holder, the caller,
-		// makes one.
-		q.q.Pass(id)
-		return
-	}
-	if q.q.PassIfWaiting(id) {
-		return // the waiter claims the entry
-	}
-	r := q.s.handoffs.claim(id, nil)
-	if r == nil {
-		// The lock connection's drop took it: the session is gone.
-		q.q.Pass(id)
-		return
-	}
-	q.s.unlockHandedOver(r)
-}
+func (q *turnQueue) pass(id LockID) { q.q.Pass(id) }
 
 // waiting returns how many claimants wait for id's turn (its holder not
 // counted).

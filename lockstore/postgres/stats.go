@@ -14,20 +14,16 @@ type storeStats struct {
 	reconnects           atomic.Int64
 	lost                 atomic.Int64
 	capacity             atomic.Int64
-	handovers            atomic.Int64
 }
 
 // Stats reports the store's counters: Held, the locks held and the lock
 // requests on their way to the server; Waiting, the callers of this node
 // queued for a key's turn behind another of its callers (the caller whose
-// turn it is, polling while another node holds the key, is not counted); RoundTrips and
-// BatchedRequests of the lock connections (a renew, see the package doc,
-// counts as the release and the grant it carries); Reconnects of the base lock
-// connections; LocksLost, the locks held on a connection that broke (not
-// those ended by Close); CapacityRefusals, the lock requests refused for
-// Config.MaxHeld or a full lock table on the server; Handovers, the grants
-// handed over in place from a holder to the next waiter of its lock id on
-// this node (see the package doc).
+// turn it is, polling while another node holds the key, is not counted);
+// RoundTrips and BatchedRequests of the lock connections; Reconnects of
+// the base lock connections; LocksLost, the locks held on a connection
+// that broke (not those ended by Close); CapacityRefusals, the lock
+// requests refused for Config.MaxHeld or a full lock table on the server.
 func (s *Store) Stats() lockstore.Stats {
 	return lockstore.Stats{
 		Held:             s.held.Load(),
@@ -37,6 +33,5 @@ func (s *Store) Stats() lockstore.Stats {
 		Reconnects:       s.stats.reconnects.Load(),
 		LocksLost:        s.stats.lost.Load(),
 		CapacityRefusals: s.stats.capacity.Load(),
-		Handovers:        s.stats.handovers.Load(),
 	}
 }

@@ -50,9 +50,6 @@ type Store struct {
 	// from it.
 	tokenSQL string
 	batchSQL string
-	// renewSQL the statement of a round trip that carries one renew only
-	// (see renewSQLFor).
-	renewSQL string
 
 	// connConfig opens the lock connections (and every other connection
 	// that holds session locks): the pool's, or Config.LockConnString's,
@@ -79,8 +76,6 @@ type Store struct {
 	stats storeStats
 	// queue is the node-local turn queue in front of the lock connections.
 	queue *turnQueue
-	// handoffs are the releases of queue's lock ids handed over in place.
-	handoffs handoffs
 	// serial is the node-local turn queue of Serialize and Exclusive, so
 	// that a node's own callers for one key wait in Go, not each on a
 	// pooled connection blocked on the server. It is separate from queue:
@@ -151,10 +146,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	seq := pgx.Identifier{cfg.Schema, tokenSequence}.Sanitize()
 	s.tokenSQL = "'" + strings.ReplaceAll(seq, "'", "''") + "'::regclass"
 	s.batchSQL = batchSQLFor(s.tokenSQL)
-	s.renewSQL = renewSQLFor(s.tokenSQL)
 	s.connConfig = lockConnConfig(connConfig, cfg)
 	s.queue = newTurnQueue()
-	s.queue.s = s
 	s.serial = newTurnQueue()
 
 	if err := s.sizeCapacity(ctx); err != nil {
