@@ -98,13 +98,6 @@ func (q *Queue[K]) TryTake(key K) bool {
 // the caller does not hold the turn and has left no trace: it was never
 // granted the turn, or, granted it as it gave up, it passed it on.
 func (q *Queue[K]) Take(ctx context.Context, closing <-chan struct{}, closed error, key K) error {
-	return q.TakeWith(ctx, closing, closed, key, q.Pass)
-}
-
-// TakeWith is Take for a caller whose turns carry state of their own: a
-// caller handed the turn as it gave up ends it with pass (which must end
-// it, in the end with Pass), not with Pass.
-func (q *Queue[K]) TakeWith(ctx context.Context, closing <-chan struct{}, closed error, key K, pass func(K)) error {
 	sh, h := q.shard(key)
 	sh.mu.Lock()
 	t := sh.turns.Get(h, key)
@@ -138,7 +131,7 @@ func (q *Queue[K]) TakeWith(ctx context.Context, closing <-chan struct{}, closed
 		<-w.Value.ready
 		w.Value.granted = false
 		waiterPool.Put(w)
-		pass(key)
+		q.Pass(key)
 		return err
 	}
 	// The key's turn is still taken (this waiter is queued on it), and its
@@ -151,35 +144,23 @@ func (q *Queue[K]) TakeWith(ctx context.Context, closing <-chan struct{}, closed
 
 // Pass ends the current turn of key: its first waiter, if any, takes it;
 // otherwise the key is forgotten.
-func (q *Queue[K]) Pass(key K) { q.pass(key, true) }
-
-// PassIfWaiting hands the current turn of key to its first waiter and
-// returns true; when none waits it returns false, and the turn stays held.
-func (q *Queue[K]) PassIfWaiting(key K) bool { return q.pass(key, false) }
-
-// pass hands key's turn to its first waiter and reports whether one took
-// it; with none, forget ends the turn and forgets the key, or else the turn
-// stays held.
-func (q *Queue[K]) pass(key K, forget bool) bool {
+func (q *Queue[K]) Pass(key K) {
 	sh, h := q.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.turns.Get(h, key)
 	if t == nil {
-		return false
+		return
 	}
 	w := t.waiting.Pop()
 	if w == nil {
-		if forget {
-			sh.turns.Delete(h, key)
-			*t = turn[K]{}
-			q.free.Put(t)
-		}
-		return false
+		sh.turns.Delete(h, key)
+		*t = turn[K]{}
+		q.free.Put(t)
+		return
 	}
 	w.Value.granted = true
 	w.Value.ready <- struct{}{}
-	return true
 }
 
 // Waiting returns how many callers wait for key's turn now, its holder not

@@ -113,26 +113,6 @@ func TestQueueTryTake(t *testing.T) {
 	requireEmpty(t, q)
 }
 
-// TestQueuePassIfWaiting: with a waiter the turn goes to it; without one
-// the turn stays held (TryTake still fails) until a Pass.
-func TestQueuePassIfWaiting(t *testing.T) {
-	t.Parallel()
-	q := newTestQueue()
-	id := lockID{4, 4}
-	require.False(t, q.PassIfWaiting(id), "a turn nobody holds")
-	require.True(t, q.TryTake(id))
-	require.False(t, q.PassIfWaiting(id), "nobody waits")
-	require.False(t, q.TryTake(id), "the turn stayed held")
-	errs := make(chan error, 1)
-	go func() { errs <- q.Take(context.Background(), nil, errClosed, id) }()
-	waitUntil(t, "the waiter is queued", func() bool { return q.Waiting(id) == 1 })
-	require.True(t, q.PassIfWaiting(id))
-	require.NoError(t, <-errs)
-	require.Equal(t, 1, q.Queued(id), "the waiter holds the turn")
-	q.Pass(id)
-	requireEmpty(t, q)
-}
-
 // TestQueueFIFO: waiters are handed the turn in the order they queued, one
 // Pass each, the turn going straight to the first (TryTake never
 // overtakes them).
@@ -169,8 +149,7 @@ func TestQueueFIFO(t *testing.T) {
 	requireEmpty(t, q)
 }
 
-// TestQueueCancellationRaces cancels waiters (of Take and TakeWith) at
-// random moments, racing the passes: a waiter whose Take fails never holds the turn (two holders would
+// TestQueueCancellationRaces cancels waiters at random moments, racing the passes: a waiter whose Take fails never holds the turn (two holders would
 // meet inside), and never swallows a grant (the last Pass frees the key:
 // the queue ends empty, and every waiter that did not give up got in).
 func TestQueueCancellationRaces(t *testing.T) {
@@ -190,15 +169,7 @@ func TestQueueCancellationRaces(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					go cancel() // races the grant
 				}
-				var err error
-				if g%2 == 0 {
-					err = q.Take(ctx, nil, errClosed, ids[i])
-				} else {
-					// TakeWith ends a turn handed over as it gave up with
-					// the pass given: one that forgot would leave the key
-					// taken.
-					err = q.TakeWith(ctx, nil, errClosed, ids[i], q.Pass)
-				}
+				err := q.Take(ctx, nil, errClosed, ids[i])
 				cancel()
 				if err != nil {
 					if !errors.Is(err, context.Canceled) {

@@ -23,13 +23,6 @@ import (
 // tokenSequence is the name of the fencing-token sequence in Config.Schema.
 const tokenSequence = "lock_token"
 
-// schemaLockKey is the bigint session advisory lock a migration run holds
-// (see migrate.go), so that nodes starting at once take turns rather than
-// race on CREATE ... (which can fail with a unique violation when two
-// sessions run it together). claimstore/postgres takes the same key. The
-// bigint form has a key space of its own, apart from the two-int lock ids.
-const schemaLockKey int64 = 0x636c61696d627573 // "claimbus"
-
 // Store is a lockstore.Store on PostgreSQL session advisory locks, and the
 // handle Serialize and Exclusive take. It is safe for concurrent use.
 type Store struct {
