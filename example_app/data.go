@@ -95,7 +95,7 @@ func checkExisting(path string) error {
 	if err != nil {
 		return fmt.Errorf("-data %s: cannot open the file for writing: %w", path, cause(err))
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: nothing to flush
 	head := make([]byte, len(sqliteHeader))
 	n, err := io.ReadFull(f, head)
 	switch {

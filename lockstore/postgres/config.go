@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"slices"
@@ -170,6 +171,12 @@ type Config struct {
 	// MaxBatch is the most lock and unlock requests one round trip on a lock
 	// connection carries. Default 512, at most 8192.
 	MaxBatch int
+
+	// Logger gets one Warn record when a lock connection goes down
+	// ("conn", "locks_lost", "error") and one Info record when it is back
+	// ("conn", "down_for"), however many commands fail meanwhile. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Validate reports every problem of c at once, joined with errors.Join.
@@ -263,6 +270,7 @@ func (c Config) withDefaults(applicationName string) Config {
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, DefaultStatementTimeout)
 	c.ReconnectBackoff = cmp.Or(c.ReconnectBackoff, DefaultReconnectBackoff)
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

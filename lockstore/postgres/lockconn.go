@@ -39,6 +39,9 @@ type lockConn struct {
 	// full and go away when they hold nothing or fail.
 	base bool
 
+	// downSince is when the connection last went down (under mu).
+	downSince time.Time
+
 	// conn and confirmed are used by the owner goroutine only.
 	conn      *pgx.Conn
 	confirmed time.Time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -193,6 +194,11 @@ func (c *lockConn) reconnect() bool {
 		err := c.connect()
 		if err == nil {
 			c.s.stats.reconnects.Add(1)
+			c.mu.Lock()
+			down := time.Since(c.downSince)
+			c.mu.Unlock()
+			c.s.cfg.Logger.LogAttrs(c.s.ctx, slog.LevelInfo, "claimbus: lock connection back",
+				slog.Int("conn", c.index), slog.Duration("down_for", down))
 			return true
 		}
 		c.mu.Lock()
@@ -289,6 +295,7 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	held := len(c.held)
 	if !closing {
 		c.s.stats.lost.Add(int64(held))
+		c.downSince = time.Now()
 	}
 	fire := make([]afterlost.Chain, 0, held)
 	for _, l := range c.held {
@@ -296,6 +303,10 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	}
 	clear(c.held)
 	c.mu.Unlock()
+	if !closing {
+		c.s.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "claimbus: lock connection down",
+			slog.Int("conn", c.index), slog.Int("locks_lost", held), slog.Any("error", cause))
+	}
 	for _, f := range fire {
 		f.Fire()
 	}
@@ -305,15 +316,14 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 
 	for _, rs := range [][]*request{inflight, pending} {
 		for _, r := range rs {
-			switch {
-			case r.kind == unlockRequest:
+			if r.kind == unlockRequest {
 				// Its lock was among held: it ended with the session, but
 				// nothing confirmed it was held up to the unlock.
 				r.err = fmt.Errorf("postgres: release %s: %w", r.lock.key, lostErr)
 				r.finish()
-			default:
-				c.refuse(r, reqErr)
+				continue
 			}
+			c.refuse(r, reqErr)
 		}
 	}
 }

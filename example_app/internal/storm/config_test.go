@@ -49,7 +49,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 
 	for in, want := range map[string]string{
-		" http://127.0.0.1:8080/ ": "http://127.0.0.1:8080",
+		" http://127.0.0.1:8080/ ": "http://127.0.0.1:8080", //nolint:gocritic // mapKey: the spaces around it are what is tested
 		"https://node-a:8443":      "https://node-a:8443",
 		"127.0.0.1:8080":           "http://127.0.0.1:8080",
 		"localhost:8080/":          "http://localhost:8080",
