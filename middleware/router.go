@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -83,7 +85,7 @@ func (c RouterConfig) Validate() error {
 // processor does.
 //
 // Outcomes: a message with an unknown name passes to next untouched (see
-// RejectUnknown); an undecodable payload is rejected as invalid (ErrInvalid,
+// RejectUnknown), logged at Warn once per name; an undecodable payload is rejected as invalid (ErrInvalid,
 // also matching ErrUndecodable locally), acked and reported to OnResult,
 // never redelivered (see ReturnDecodeErrors); a halted command is acked and
 // the messages next produced are dropped; a failed command's error goes to
@@ -108,6 +110,33 @@ type routerAdapter struct {
 	cfg    RouterConfig
 	out    outcome
 	logger *slog.Logger
+	// unknown holds the command names warned about (see warnUnknown), up
+	// to maxUnknownWarned.
+	unknown      sync.Map
+	unknownCount atomic.Int32
+}
+
+// maxUnknownWarned bounds the names warnUnknown remembers: names come
+// from messages, which anybody may send.
+const maxUnknownWarned = 100
+
+// warnUnknown logs, once per name, a message passed on without the
+// pipeline because its command name is not in the Registry: a command
+// registered under another name (a Registry whose marshaler names
+// commands otherwise than the processor's) runs unclaimed, and must not
+// do so silently.
+func (a *routerAdapter) warnUnknown(msg *message.Message) {
+	name := a.cfg.Registry.Marshaler().NameFromMessage(msg)
+	if name == "" || a.unknownCount.Load() >= maxUnknownWarned {
+		return
+	}
+	if _, seen := a.unknown.LoadOrStore(name, struct{}{}); seen {
+		return
+	}
+	a.unknownCount.Add(1)
+	a.logger.LogAttrs(msg.Context(), slog.LevelWarn, "command not in the Registry runs without the pipeline",
+		slog.String("command", name),
+		slog.String("fix", "register its type, or give the Registry the marshaler the senders use (names must agree); set RejectUnknown if the topic carries only commands of the Registry"))
 }
 
 func (a *routerAdapter) middleware(next message.HandlerFunc) message.HandlerFunc {
@@ -115,6 +144,7 @@ func (a *routerAdapter) middleware(next message.HandlerFunc) message.HandlerFunc
 		p, err := a.cfg.Registry.Pipeline(msg)
 		if err != nil {
 			if errors.Is(err, ErrUnknownCommand) && !a.cfg.RejectUnknown {
+				a.warnUnknown(msg)
 				return next(msg)
 			}
 			if errors.Is(err, ErrUndecodable) && a.cfg.ReturnDecodeErrors {

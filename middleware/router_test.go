@@ -1,8 +1,11 @@
 package middleware_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -310,4 +313,31 @@ func TestRouterConfigValidate(t *testing.T) {
 	_, err = middleware.RouterMiddleware(middleware.RouterConfig{})
 	require.Error(t, err)
 	require.NoError(t, middleware.RouterConfig{Runner: newRunner(t), Registry: middleware.NewRegistry(nil)}.Validate())
+}
+
+// A message whose command name is not in the Registry passes on without
+// the pipeline, and says so once per name: a Registry naming commands
+// otherwise than the senders would let every command run unclaimed.
+func TestRouterMiddlewareWarnsOncePerUnknownName(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	mw, err := middleware.RouterMiddleware(middleware.RouterConfig{
+		Runner: newRunner(t), Registry: newRegistry(t),
+		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+	})
+	require.NoError(t, err)
+	passed := 0
+	h := mw(func(*message.Message) ([]*message.Message, error) { passed++; return nil, nil })
+	for _, name := range []string{"CreateStaff", "CreateStaff", "billing.Refund"} {
+		msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
+		msg.Metadata.Set("name", name)
+		_, err := h(msg)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 3, passed)
+	out := buf.String()
+	require.Equal(t, 2, strings.Count(out, "level=WARN"), out)
+	require.Contains(t, out, "command=CreateStaff")
+	require.Contains(t, out, "command=billing.Refund")
+	require.Contains(t, out, "register its type")
 }
