@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -217,6 +218,11 @@ type Middleware struct {
 	confirms inFlight
 	// resv counts the reservations of this middleware (see Stats).
 	resv reservationCounts
+	// reserves: a rule reserves, so a sweeper must run; swept is set when
+	// one starts (RunSweeper or Sweep), unswept once the missing sweeper
+	// is reported.
+	reserves       bool
+	swept, unswept atomic.Bool
 }
 
 var _ middleware.Middleware = (*Middleware)(nil)
@@ -230,14 +236,16 @@ func New(cfg Config) (*Middleware, error) {
 	if o, ok := cfg.Locker.(lockstore.KeyOrder); ok {
 		compare = o.CompareKeys
 	}
-	return &Middleware{
+	m := &Middleware{
 		claimer:        NewClaimer(cfg.Locker),
 		rules:          slices.Clone(cfg.Rules),
 		timeout:        cmp.Or(cfg.ClaimTimeout, DefaultClaimTimeout),
 		logger:         cmp.Or(cfg.Logger, slog.Default()),
 		onReleaseError: cfg.OnReleaseError,
 		compare:        compare,
-	}, nil
+	}
+	m.reserves = len(m.sweepers()) > 0
+	return m, nil
 }
 
 // ClaimsOf returns the claims the Uniqueness middleware holds for the
@@ -287,6 +295,10 @@ type target struct {
 // values into the command. The handler's context is cancelled, with
 // ErrClaimLost as its cause, when a claim is lost while the handler runs.
 func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
+	if m.reserves && !m.swept.Load() && m.unswept.CompareAndSwap(false, true) {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "uniqueness: a rule reserves, but no sweeper runs: start RunSweeper before the first command, "+
+			"or confirmed reservations are never dropped and pending ones of a node that died never expire")
+	}
 	var h *held
 	var targets []target
 	for i := range m.rules {

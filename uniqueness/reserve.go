@@ -29,7 +29,9 @@ import (
 // Validate refuses a maxLag that is not positive.
 //
 // Rules that share a scope must all reserve, in the same store, with the
-// same maxLag, or none of them.
+// same maxLag, or none of them. Run the sweeper (Middleware.RunSweeper)
+// from before the first command: a middleware whose rules reserve logs a
+// Warn at its first command when no sweep has started.
 func Reserve(store claimstore.Reservations, maxLag time.Duration) Option {
 	return Option{reserve: &reserveOption{store: store, maxLag: maxLag}}
 }

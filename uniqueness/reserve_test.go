@@ -1,9 +1,12 @@
 package uniqueness_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -532,4 +535,51 @@ func TestReservationStats(t *testing.T) {
 	require.Zero(t, st.ReservationsPending)
 	require.Equal(t, int64(1), st.ReservationsConfirmed)
 	require.Equal(t, int64(1), st.ReservationsCancelled)
+}
+
+// A rule that reserves needs a sweeper: without one, the first command
+// logs one Warn saying so (however many follow); once a sweep has run
+// (RunSweeper sweeps at once), nothing is logged.
+func TestReserveWithoutASweeperIsLogged(t *testing.T) {
+	t.Parallel()
+	for _, sweeper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sweeper=%v", sweeper), func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			var mu sync.Mutex
+			table := newEventTable()
+			store := claimstore.NewMemory(claimstore.MemoryConfig{})
+			mw := newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{eventRule(table, store, time.Hour)},
+				Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))})
+			if sweeper {
+				// A sweep before the first command, as RunSweeper's first.
+				_, err := mw.Sweep(context.Background())
+				require.NoError(t, err)
+			}
+			b := startBus(t, mw, handler(eventHandler(table)))
+			for i := range 3 {
+				_, err := bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: fmt.Sprint(i), Email: fmt.Sprintf("u%d@x.org", i), Name: "N"})
+				require.NoError(t, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if sweeper {
+				require.NotContains(t, buf.String(), "no sweeper runs")
+			} else {
+				require.Equal(t, 1, strings.Count(buf.String(), "no sweeper runs"), buf.String())
+				require.Contains(t, buf.String(), "level=WARN")
+			}
+		})
+	}
+}
+
+type lockedWriter struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(b)
 }

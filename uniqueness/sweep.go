@@ -52,6 +52,7 @@ type SweepResult struct {
 // Run it periodically (RunSweeper does): claims drop the reservations
 // they find shown too, but values nobody claims again would stay.
 func (m *Middleware) Sweep(ctx context.Context) (SweepResult, error) {
+	m.swept.Store(true)
 	var res SweepResult
 	var errs []error
 	for _, r := range m.sweepers() {
@@ -173,6 +174,7 @@ func (m *Middleware) RunSweeper(ctx context.Context, interval time.Duration) err
 	if interval <= 0 {
 		return fmt.Errorf("uniqueness: RunSweeper with an interval of %v: it must be positive", interval)
 	}
+	m.swept.Store(true)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
