@@ -204,6 +204,20 @@ func (rr *RequestReply[R]) HandlerConfig(runner *Runner, handlers ...cqrs.Comman
 	return HandlerConfig{Runner: runner, OnResult: rr.answerFn, AckHandlerErrors: true, Handlers: handlers}
 }
 
+// OnHandle is the one call of a cqrs app: the
+// cqrs.CommandProcessorConfig.OnHandle running mws, in this order, around
+// handlers (the processor's, as given to its AddHandlers), answering
+// requestreply senders through rr. It is OnHandle(rr.HandlerConfig(runner,
+// handlers...)) with a Runner of mws and its defaults; build those
+// yourself for another RunnerConfig.
+func (rr *RequestReply[R]) OnHandle(handlers []cqrs.CommandHandler, mws ...Middleware) (cqrs.CommandProcessorOnHandleFn, error) {
+	runner, err := NewRunner(RunnerConfig{Middleware: mws})
+	if err != nil {
+		return nil, err
+	}
+	return OnHandle(rr.HandlerConfig(runner, handlers...))
+}
+
 // RouterConfig returns the config of RouterMiddleware for runner and
 // registry, answering requestreply senders through rr and acking handler
 // errors. Set its other fields (RejectUnknown, Logger) as needed.

@@ -376,4 +376,12 @@ func TestIncompleteRequestReplyIsRefused(t *testing.T) {
 		OnResult: func(context.Context, *message.Message, any, error) error { return nil }}
 	_, err = middleware.OnHandle(other)
 	require.NoError(t, err, "any other ResultFunc may nack")
+
+	// The one call builds the Runner and checks it as OnHandle does.
+	_, err = rr.OnHandle([]cqrs.CommandHandler{handler}, middleware.Validate(), takenEmails)
+	require.NoError(t, err)
+	_, err = rr.OnHandle(nil, middleware.Validate())
+	require.ErrorContains(t, err, "Handlers is empty")
+	_, err = rr.OnHandle([]cqrs.CommandHandler{handler}, nil)
+	require.ErrorContains(t, err, "Middleware[0] is nil")
 }

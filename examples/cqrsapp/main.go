@@ -89,19 +89,15 @@ func newInstance(sh *shared, commands message.Subscriber) (*instance, error) {
 		func(c *CreateStaff) string { return c.Email }, sh.staff.taken,
 		uniqueness.Normalize(uniqueness.NormalizeEmail), uniqueness.Reserve(sh.claims, time.Minute))
 
-	// The claimbus wiring.
+	// The claimbus wiring: ten lines.
 	rr, err1 := middleware.NewRequestReply[Created](replyConfig(sh.replies))
 	unique, err2 := uniqueness.New(uniqueness.Config{Locker: sh.locks, Rules: []uniqueness.Rule{emailRule}})
 	idem, err3 := idempotency.New(idempotency.Config{Locker: sh.locks, Store: sh.claims, Retention: 24 * time.Hour, Key: idempotency.FromMetadata})
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, err
 	}
-	runner, err := middleware.NewRunner(middleware.RunnerConfig{Middleware: []middleware.Middleware{sh.tel, idem, unique}})
-	if err != nil {
-		return nil, err
-	}
-	handler := requestreply.NewCommandHandlerWithResult("create_staff", rr, sh.staff.create)
-	onHandle, err := middleware.OnHandle(rr.HandlerConfig(runner, handler))
+	handler := requestreply.NewCommandHandlerWithResult("create_staff", rr, sh.staff.create) // the app's own handler, with rr as its backend
+	onHandle, err := rr.OnHandle([]cqrs.CommandHandler{handler}, sh.tel, idem, unique)
 	if err != nil {
 		return nil, err
 	}
