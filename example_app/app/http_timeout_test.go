@@ -1,11 +1,14 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,9 +56,11 @@ func TestClaimWaitEndsBeforeRequestTimeout(t *testing.T) {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	release, held, ended := make(chan struct{}), make(chan string, 1), make(chan error, 1)
 	const requestTimeout = 4 * time.Second
+	var logs logBuffer
 	node, _, url := sqliteNode(t, app.Config{
 		RequestTimeout: requestTimeout,
 		Middleware:     []middleware.Middleware{holdSignUps(release, held, ended)},
+		Logger:         slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	defer close(release) // before the cleanups close the node, which waits for the command
 
@@ -70,6 +75,10 @@ func TestClaimWaitEndsBeforeRequestTimeout(t *testing.T) {
 	require.Contains(t, strings.ToLower(r.body["message"].(string)), "try again", "%s", r.raw)
 	require.Equal(t, "email", r.body["field"], "%s", r.raw)
 	require.Less(t, waited, requestTimeout/2, "the claim wait ends well before the request timeout")
+	t.Logf("the waiting sign-up answered %d", r.status)
+	if r.status == http.StatusGatewayTimeout {
+		require.Contains(t, logs.String(), `level=INFO msg="command timed out"`, "a claim timeout is logged at Info")
+	}
 
 	out := <-first
 	require.Equal(t, http.StatusGatewayTimeout, out.status, "%s", out.raw)
@@ -125,4 +134,22 @@ func postAsync(url, body string) response {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, raw: raw}
+}
+
+// logBuffer is a bytes.Buffer safe for the node's goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -302,7 +302,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	bcfg.Middleware = append(first, []middleware.Middleware{ //nolint:gocritic // appendAssign: first is this chain's fresh head, never used again
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
-		middleware.Hooks{OnAfterFailure: n.logUnavailable},
+		middleware.Hooks{OnAfterFailure: n.logTrouble},
 		middleware.Validate(),
 		idem, // before the claims: a repeat is answered without claiming
 		unique,
@@ -432,13 +432,17 @@ func (n *Node) Backstops() int64 { return n.backstops.Load() }
 // one is also logged, and counted in Backstops.
 func (n *Node) BackstopViolations() int64 { return n.staffBackstops.Load() }
 
-// logUnavailable logs, as a warning with its cause, a command that failed
-// because the database or the lock store could not be reached: its
-// rejection crosses the bus without the cause, so this node, which saw
-// it, is the one to log it.
-func (n *Node) logUnavailable(ctx context.Context, p *middleware.Pipeline) {
-	if err := p.Err(); errors.Is(err, middleware.ErrUnavailable) {
+// logTrouble logs what the Logging middleware, at Debug for rejections,
+// would hide: a command that failed because the database or the lock
+// store could not be reached, as a warning with its cause (its rejection
+// crosses the bus without it, so this node, which saw it, is the one to
+// log it), and a command that timed out (a claim's wait, a 504), at Info.
+func (n *Node) logTrouble(ctx context.Context, p *middleware.Pipeline) {
+	switch err := p.Err(); {
+	case errors.Is(err, middleware.ErrUnavailable):
 		n.log.WarnContext(ctx, "command failed: unavailable", "command", p.CommandName, "command_id", p.CommandUUID, "error", err)
+	case errors.Is(err, middleware.ErrTimeout):
+		n.log.InfoContext(ctx, "command timed out", "command", p.CommandName, "command_id", p.CommandUUID, "error", err)
 	}
 }
 
