@@ -115,3 +115,28 @@ func (w syncWriter) Write(b []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.buf.Write(b)
 }
+
+// A plain cqrs handler, which knows nothing of requestreply, under a
+// RequestReply's OnHandle: its sender is answered all the same, with its
+// error when it fails (it used to wait for its deadline).
+func TestCQRSPlainHandlerIsAnswered(t *testing.T) {
+	t.Parallel()
+	c := bustest.NewCQRS(t, bustest.CQRSOptions[string]{
+		Handlers: func(*middleware.RequestReply[string]) []cqrs.CommandHandler {
+			return []cqrs.CommandHandler{cqrs.NewCommandHandler("create_staff", func(_ context.Context, c *commands.CreateStaff) error {
+				if c.Name == "fail" {
+					return errors.New("disk full")
+				}
+				return nil
+			})}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reply, err := c.Send(ctx, &commands.CreateStaff{StaffID: "s-1", Email: "ann@example.org", Name: "Ann"})
+	require.NoError(t, err)
+	require.NoError(t, reply.Error)
+	reply, err = c.Send(ctx, &commands.CreateStaff{StaffID: "s-2", Email: "bob@example.org", Name: "fail"})
+	require.NoError(t, err)
+	require.ErrorContains(t, reply.Error, "disk full")
+}
