@@ -354,20 +354,34 @@ func (f *stormFixture) run(t *testing.T, before, during, after time.Duration, in
 	return r
 }
 
+// TestFaultStormServerToClientSilentThenSessionEnded: the storm must show
+// the window it is about (node a writing while another node holds its
+// key) and the fencing that refuses node a's stale writes. Whether node a
+// holds a key at the moment of the fault is the storm's luck (about 1 run
+// in 6 under load it did not), so the fault is retried, on a new fixture,
+// until the storm shows both, at most stormAttempts times; every attempt
+// checks the storm's invariants in full.
 func TestFaultStormServerToClientSilentThenSessionEnded(t *testing.T) {
 	t.Parallel()
-	f := newStormFixture(t, stormLease)
 	ctx := testCtx(t)
-	r := f.run(t, 300*time.Millisecond, 2*time.Second, time.Second, func() {
-		// Node a stops hearing the server, then the server ends node a's
-		// sessions (an administrator, a server-side timeout): the others
-		// get its keys at once, node a learns only from its lease.
-		f.proxy.SilenceServerToClient()
-		_, err := pgtest.TerminateBackends(ctx, f.dsn, f.node0)
-		require.NoError(t, err)
-	}, f.proxy.Heal)
-	require.Positive(t, r.window, "the fault made no overlap: the test cannot see the window")
-	require.Positive(t, r.refused, "no stale write was refused: the test cannot see the fencing")
+	const stormAttempts = 5
+	for attempt := 1; ; attempt++ {
+		f := newStormFixture(t, stormLease)
+		r := f.run(t, 300*time.Millisecond, 2*time.Second, time.Second, func() {
+			// Node a stops hearing the server, then the server ends node a's
+			// sessions (an administrator, a server-side timeout): the others
+			// get its keys at once, node a learns only from its lease.
+			f.proxy.SilenceServerToClient()
+			_, err := pgtest.TerminateBackends(ctx, f.dsn, f.node0)
+			require.NoError(t, err)
+		}, f.proxy.Heal)
+		if r.window > 0 && r.refused > 0 {
+			return
+		}
+		require.Less(t, attempt, stormAttempts,
+			"in %d attempts the fault made no overlap with a stale write refused (last: window %v, %d refused): the test cannot see the window", attempt, r.window, r.refused)
+		t.Logf("attempt %d: node a held no key when the fault hit (window %v, %d refused); again", attempt, r.window, r.refused)
+	}
 }
 
 func TestFaultStormBlackHole(t *testing.T) {
