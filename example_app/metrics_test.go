@@ -109,6 +109,14 @@ func TestServeMetricsAfterStorm(t *testing.T) {
 	require.EqualValues(t, created+taken, value(t, m, "claimbus_claim_wait_duration_seconds", map[string]string{"claimbus_field": "email"}),
 		"every sign-up waited for its claim once")
 	require.Zero(t, value(t, m, "claimbus_claims_held", map[string]string{"claimbus_store": "local"}), "the storm is over")
+	// The operator's metrics: HTTP answers by route and status, their
+	// latency, the Go runtime, the process, and which service and node.
+	require.EqualValues(t, created, value(t, m, "http_requests_total", map[string]string{"route": "POST /staff", "status": "201"}))
+	require.EqualValues(t, taken, value(t, m, "http_requests_total", map[string]string{"route": "POST /staff", "status": "409"}))
+	require.EqualValues(t, created+taken, value(t, m, "http_request_duration_seconds", map[string]string{"route": "POST /staff"}))
+	require.Positive(t, value(t, m, "go_goroutines", nil))
+	require.Positive(t, value(t, m, "process_cpu_seconds_total", nil))
+	require.EqualValues(t, 1, value(t, m, "target_info", map[string]string{"service_name": "claimbus-example"}))
 
 	cancel()
 	require.Equal(t, 0, <-exited, "stderr: %s", errOut.String())

@@ -307,7 +307,7 @@ func runServer(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io
 		}
 		return nil
 	})
-	obs, err := newObservability(f.trace, stdout)
+	obs, err := newObservability(f.node, f.trace, stdout)
 	if err != nil {
 		return err
 	}

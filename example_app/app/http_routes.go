@@ -46,6 +46,14 @@ func (rt routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, CodeNotFound, "", "no such route")
 }
 
+// Route returns the pattern of the route r takes, such as
+// "POST /staff" or "GET /staff/{id}", or "" when it takes none: a label of
+// few values, for metrics.
+func (rt routes) Route(r *http.Request) string {
+	_, pattern := rt.mux.Handler(r)
+	return pattern
+}
+
 // probeWriter records the status and headers of a ServeMux answer that is
 // not sent.
 type probeWriter struct {
