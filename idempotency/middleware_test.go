@@ -1,7 +1,6 @@
 package idempotency_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/idempotency"
+	"github.com/claimbus/claimbus/internal/testlog"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -530,23 +530,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use, for a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the tests' log sink.
+type syncBuffer = testlog.Buffer
 
 func TestLaterAfterHookPanicIsNotStored(t *testing.T) {
 	t.Parallel()

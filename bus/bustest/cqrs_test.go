@@ -1,7 +1,6 @@
 package bustest_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/bus/bustest"
 	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/internal/testlog"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
@@ -49,7 +49,7 @@ func (a *staffApp) create(_ context.Context, c *commands.CreateStaff) (string, e
 func TestCQRS(t *testing.T) {
 	t.Parallel()
 	app := &staffApp{emails: map[string]bool{}}
-	var logs bytes.Buffer
+	var logs testlog.Buffer
 	var mu sync.Mutex
 	resets := 0
 	c := bustest.NewCQRS(t, bustest.CQRSOptions[string]{
@@ -72,7 +72,7 @@ func TestCQRS(t *testing.T) {
 			mu.Unlock()
 			return nil
 		},
-		Logger: slog.New(slog.NewTextHandler(syncWriter{&mu, &logs}, nil)),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -93,27 +93,14 @@ func TestCQRS(t *testing.T) {
 	require.NoError(t, ok.Error, "the failed run's reservation was cancelled")
 	require.Equal(t, "s-1", ok.HandlerResult)
 	bustest.RequireRejection(t, send("s-2").Error, middleware.CodeAlreadyTaken, "email")
-	mu.Lock()
 	require.Contains(t, logs.String(), "command failed")
 	require.Contains(t, logs.String(), "command rejected")
-	mu.Unlock()
 
 	require.NoError(t, c.Reset(ctx))
 	mu.Lock()
 	require.Equal(t, 1, resets)
 	mu.Unlock()
 	require.NoError(t, send("s-3").Error, "after Reset the email is free again")
-}
-
-type syncWriter struct {
-	mu  *sync.Mutex
-	buf *bytes.Buffer
-}
-
-func (w syncWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(b)
 }
 
 // A plain cqrs handler, which knows nothing of requestreply, under a

@@ -1,14 +1,12 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/example_app/app"
+	"github.com/claimbus/claimbus/internal/testlog"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -56,7 +55,7 @@ func TestClaimWaitEndsBeforeRequestTimeout(t *testing.T) {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	release, held, ended := make(chan struct{}), make(chan string, 1), make(chan error, 1)
 	const requestTimeout = 4 * time.Second
-	var logs logBuffer
+	var logs testlog.Buffer
 	node, _, url := sqliteNode(t, app.Config{
 		RequestTimeout: requestTimeout,
 		Middleware:     []middleware.Middleware{holdSignUps(release, held, ended)},
@@ -134,22 +133,4 @@ func postAsync(url, body string) response {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, raw: raw}
-}
-
-// logBuffer is a bytes.Buffer safe for the node's goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

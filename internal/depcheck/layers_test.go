@@ -145,6 +145,7 @@ var layers = map[string]rule{
 	"internal/pgerr":      {why: "PostgreSQL error predicates the SQL backends share"},
 	"internal/pgtest":     {why: "the throwaway PostgreSQL of the tests"},
 	"internal/testwait":   {why: "the tests' poll for conditions that assert on t: standard library only"},
+	"internal/testlog":    {why: "the tests' log sink: standard library only"},
 	"internal/natstest":   {why: "the in-process NATS server of the tests"},
 	"internal/faultproxy": {why: "the TCP fault proxy of the tests"},
 	"internal/depcheck":   {why: "this test"},

@@ -1,44 +1,18 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testlog"
 	"github.com/claimbus/claimbus/lockstore"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the store's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) lines(msg string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if strings.Contains(l, msg) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // A lock connection that goes down is logged once at Warn, however many
 // requests fail while it is down, and once at Info when it is back.
@@ -46,7 +20,7 @@ func TestLockConnectionDownIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "connlog"})
 	s := newTestStore(t, pool, Config{LockConns: 1, ReconnectBackoff: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -64,14 +38,14 @@ func TestLockConnectionDownIsLoggedOnce(t *testing.T) {
 		}
 	}
 	waitFor(t, "reconnected", func() bool { return connPIDs(s)[0] != 0 })
-	waitFor(t, "the reconnection logged", func() bool { return len(logs.lines("lock connection back")) == 1 })
+	waitFor(t, "the reconnection logged", func() bool { return len(logs.Lines("lock connection back")) == 1 })
 
-	down := logs.lines("lock connection down")
+	down := logs.Lines("lock connection down")
 	require.Len(t, down, 1, "one Warn for the connection going down, after %d failed requests", failed)
 	require.Contains(t, down[0], "level=WARN")
 	require.Contains(t, down[0], "conn=0")
 	require.Contains(t, down[0], "locks_lost=1")
-	back := logs.lines("lock connection back")
+	back := logs.Lines("lock connection back")
 	require.Contains(t, back[0], "level=INFO")
 	require.Contains(t, back[0], "down_for=")
 
