@@ -45,7 +45,7 @@
 // A handler's error reaches the runner, which runs AfterFailure (a
 // reservation is cancelled, no outcome is stored) and logs it; the sender
 // gets the reply once the after hooks are done, with the command's error
-// (ReplyMarshaler keeps a rejection a *Rejection, so errors.Is(reply.Error,
+// (the replies keep a rejection a *Rejection, so errors.Is(reply.Error,
 // ErrAlreadyTaken) holds), and halted commands are answered too. The
 // adapter acks a failed command (AckHandlerErrors): the error was the
 // answer.
@@ -84,7 +84,7 @@
 //     internal wire package, shared with the bus; this package defines the
 //     types it encodes (Rejection, RemoteError in rejection.go, registered
 //     with it), re-exports the Metadata* keys, and encodes requestreply
-//     replies with it (ReplyMarshaler in requestreply.go);
+//     replies with it (requestreply.go);
 //   - Watermill adapters: Registry (registry.go), RouterMiddleware
 //     (router.go), OnHandle, WrapHandler and ChainOnHandle (cqrs.go,
 //     chain.go), what they share (adapter.go), requestreply

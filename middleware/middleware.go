@@ -22,8 +22,8 @@ type Middleware interface {
 }
 
 // Stage is the place in a Runner's list of a middleware whose place
-// matters (see Staged). NewRunner refuses a list in which a stage comes
-// after a later one.
+// matters: such a middleware has a method Stage() Stage. NewRunner refuses
+// a list in which a stage comes after a later one.
 type Stage int
 
 const (
@@ -37,8 +37,8 @@ const (
 	StageClaim
 )
 
-// Staged is implemented by a middleware whose place in the list matters.
-type Staged interface {
+// staged is implemented by a middleware whose place in the list matters.
+type staged interface {
 	Stage() Stage
 }
 

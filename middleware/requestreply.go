@@ -18,24 +18,24 @@ import (
 
 // MetadataError is the metadata key of a reply's error in its wire form: the
 // same key as bus.MetadataError, so that bus replies and requestreply replies
-// encode a rejection alike. ReplyMarshaler also reads the key its replies
+// encode a rejection alike. replyMarshaler also reads the key its replies
 // had before ("_claimbus_error"), so that replies of a node not yet
 // upgraded keep their rejections.
 const MetadataError = wire.MetadataError
 
-// ReplyMarshaler is a requestreply.BackendPubsubMarshaler that keeps a
+// replyMarshaler is a requestreply.BackendPubsubMarshaler that keeps a
 // reply's error as data: a *Rejection comes back as a *Rejection, so that
 // errors.Is(reply.Error, ErrAlreadyTaken) and errors.As hold for callers of
 // requestreply.SendWithReply; any other error comes back as a *RemoteError
 // with its message. The result travels as JSON in the payload. Its replies
 // also carry Watermill's own error keys, so a sender using
 // requestreply.BackendPubsubJSONMarshaler still reads the error's message.
-type ReplyMarshaler[R any] struct{}
+type replyMarshaler[R any] struct{}
 
-var _ requestreply.BackendPubsubMarshaler[struct{}] = ReplyMarshaler[struct{}]{}
+var _ requestreply.BackendPubsubMarshaler[struct{}] = replyMarshaler[struct{}]{}
 
 // MarshalReply encodes the handler's result and error as a reply message.
-func (ReplyMarshaler[R]) MarshalReply(params requestreply.BackendOnCommandProcessedParams[R]) (*message.Message, error) {
+func (replyMarshaler[R]) MarshalReply(params requestreply.BackendOnCommandProcessedParams[R]) (*message.Message, error) {
 	payload, err := json.Marshal(params.HandlerResult)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: cannot marshal reply result: %w", err)
@@ -53,7 +53,7 @@ func (ReplyMarshaler[R]) MarshalReply(params requestreply.BackendOnCommandProces
 
 // UnmarshalReply decodes a reply message: the result from the payload, the
 // error from the metadata.
-func (ReplyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Reply[R], error) {
+func (replyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Reply[R], error) {
 	var reply requestreply.Reply[R]
 	if msg.Metadata.Get(requestreply.HasErrorMetadataKey) == "1" {
 		if errb := wire.ReplyError(msg); errb != nil {
@@ -83,7 +83,7 @@ func (ReplyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Repl
 // answered with the pipeline's response and error. A repeat answered from
 // an idempotency store gets the first run's result, decoded into R.
 //
-// The reply is encoded by ReplyMarshaler, so that a rejection stays a
+// The reply is encoded by replyMarshaler, so that a rejection stays a
 // *Rejection on the sender's side. Messages sent without waiting (no
 // operation id) get no reply. A reply that cannot be published is an
 // error: the adapter nacks the command, which comes again and is answered
@@ -97,12 +97,12 @@ type RequestReply[R any] struct {
 var _ requestreply.Backend[struct{}] = (*RequestReply[struct{}])(nil)
 
 // NewRequestReply returns the requestreply set-up whose replies travel on
-// a PubSubBackend built from cfg with ReplyMarshaler[R]. cfg's
+// a PubSubBackend built from cfg with replyMarshaler[R]. cfg's
 // AckCommandErrors applies only to handlers that run outside the
 // pipeline: under an adapter the handler's error always reaches the
 // runner, and the adapter acks it (AckHandlerErrors).
 func NewRequestReply[R any](cfg requestreply.PubSubBackendConfig) (*RequestReply[R], error) {
-	b, err := requestreply.NewPubSubBackend[R](cfg, ReplyMarshaler[R]{})
+	b, err := requestreply.NewPubSubBackend[R](cfg, replyMarshaler[R]{})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: NewRequestReply: %w", err)
 	}

@@ -51,7 +51,7 @@ func checkStages(mws []Middleware) error {
 	last, at := Stage(0), -1
 	var errs []error
 	for i, m := range mws {
-		s, ok := m.(Staged)
+		s, ok := m.(staged)
 		if !ok {
 			continue
 		}

@@ -39,11 +39,11 @@ const (
 	// MarshalError encodes it; absent on success. It is the bus's
 	// documented key (bus.MetadataError), which replies between the nodes
 	// of a bus carry; requestreply replies built by
-	// middleware.ReplyMarshaler carry it too (middleware.MetadataError).
+	// middleware.RequestReply carry it too (middleware.MetadataError).
 	MetadataError = "claimbus_error"
 )
 
-// legacyMetadataError is the key middleware.ReplyMarshaler wrote before it
+// legacyMetadataError is the key middleware.RequestReply's replies had before it
 // shared MetadataError: ReplyError still reads it, so that a sender reads
 // the rejections of a replier not yet upgraded.
 const legacyMetadataError = "_claimbus_error"
