@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"testing"
@@ -183,9 +184,18 @@ func TestUnlockAnsweredFalseReplacesTheConnection(t *testing.T) {
 
 	requireClosedWithin(t, held.Lost(), 5*time.Second, "Lost of a lock on the connection in doubt")
 	waitFor(t, "reconnected", func() bool { pid := connPIDs(s)[0]; return pid != 0 && pid != oldPID })
-	l, err := s.TryLock(ctx, held.Key())
-	require.NoError(t, err, "the key was freed with the closed session")
-	require.NoError(t, l.Release(ctx))
+	// The old session is closed without waiting for the server, which may
+	// end its backend after the new connection is up: the key is free once
+	// it has (waitFor bounds the wait).
+	waitFor(t, "the key freed with the closed session", func() bool {
+		l, err := s.TryLock(ctx, held.Key())
+		if errors.Is(err, lockstore.ErrLocked) {
+			return false
+		}
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		return true
+	})
 }
 
 func TestCancelledCallersLateGrantIsUnlocked(t *testing.T) {
