@@ -113,9 +113,9 @@ type Config struct {
 	// store closes the connection and closes Lost of every lock on it, and
 	// their Release returns lockstore.ErrLockLost. It bounds the window in
 	// which two holders may both believe they hold a key when the network
-	// goes silent (see the package doc). KeepAlive + Timeout must not
-	// exceed it, so that a healthy idle connection never trips it. Default
-	// 2s.
+	// goes silent (see docs/lockstore.md#losing-a-lock-the-contract).
+	// KeepAlive + Timeout must not exceed it, so that a healthy idle
+	// connection never trips it. Default 2s.
 	LeaseBound time.Duration
 
 	// KeepAlive is how long a lock connection goes without a round trip

@@ -17,59 +17,35 @@ import (
 // transaction, for a job that must run once cluster-wide and makes its own
 // short writes (each commits, and runs its AfterCommit effects, by itself).
 //
-// fn gets a connection of its own, taken from the store's pool and then
-// hijacked: it never goes back to the pool, which could otherwise hand a
-// connection still holding the lock to someone else. fn may use it, or the
-// pool, or Serialize (which, for fn's ctx, runs its transactions on this
-// connection). Like Serialize, Exclusive first takes the node-local mutex
-// of key, so a node's callers queue in Go; then it waits on the server
-// until no other node holds key. ctx bounds the wait, and its deadline
-// becomes a lock_timeout as in Serialize (lockstore.ErrTimeout); without a
-// deadline the wait is bounded by Config.StatementTimeout (a
-// statement_timeout for that message only, unless one is in force already;
-// lockstore.ErrTimeout too). Ending a wait by ctx closes the connection,
-// which frees it.
+// fn gets a connection of its own, taken from the store's pool and never
+// given back to it (it would still hold the lock); fn may use it, the pool,
+// or Serialize, which for fn's ctx runs on this connection. A node's
+// callers for key queue in Go, then wait on the server until no other node
+// holds key. ctx bounds the wait, as in Serialize: its deadline, or else
+// Config.StatementTimeout, ends it with lockstore.ErrTimeout.
 //
 // fn's ctx carries the fencing token of the lock (lockstore.TokenFrom),
-// drawn in the message that takes it, once it is granted: greater than
-// every token drawn before on any node. Pass it to the resources fn
-// writes, so that they can refuse a holder that lost the lock without
-// knowing it.
+// greater than every token drawn before on any node: pass it to the
+// resources fn writes, so that they can refuse a holder that lost the
+// lock. fn's ctx is cancelled, with a cause matching lockstore.ErrLockLost,
+// within Config.LeaseBound of a loss, and with lockstore.ErrClosed when
+// the store closes. fn should then stop: another node may already run the
+// job, with a greater token.
 //
-// fn's ctx is cancelled when the lock is lost. The store's watcher, on a
-// connection of its own (never the pool's, so that an exhausted pool does
-// not look like a loss), checks every Config.KeepAlive, for all running
-// Exclusive calls in one query on pg_locks, that each call's session still
-// holds its lock; it cancels fn's ctx, with a cause matching
-// lockstore.ErrLockLost, when the session no longer does (its backend
-// terminated, the connection lost), or when no check has confirmed it
-// within Config.LeaseBound (the server or the network went silent). So fn
-// hears of a loss within LeaseBound. fn's ctx is also cancelled, with a
-// cause matching lockstore.ErrClosed, when the store closes; one still
-// running after Config.Timeout then has its connection closed, which frees
-// the lock. fn should watch ctx.Done and stop: after a loss another node
-// may already run the job, with a greater token.
-//
-// When fn returns (or panics) Exclusive runs pg_advisory_unlock, checks
-// that it freed the lock, and closes the connection either way. It returns
-// what fn returned; the error is fn's, joined with one matching
-// lockstore.ErrLockLost when the lock was lost or could not be confirmed
-// to the end (the result then comes from a run that may not have been
-// alone), or lockstore.ErrClosed.
-//
-//	n, err := postgres.Exclusive(ctx, store, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
-//		func(ctx context.Context, conn *pgx.Conn) (int64, error) {
-//			token, _ := lockstore.TokenFrom(ctx)
-//			tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed', token = $1 "+
-//				"WHERE ends_at < now() AND state = 'open' AND token <= $1", token)
-//			return tag.RowsAffected(), err
-//		})
+// When fn returns (or panics) Exclusive unlocks, checks that the unlock
+// freed the lock, and closes the connection. It returns what fn returned;
+// the error is fn's, joined with one matching lockstore.ErrLockLost when
+// the lock was lost or could not be confirmed to the end (the run may not
+// have been alone), or lockstore.ErrClosed.
 //
 // Inside an open transaction carried by ctx (see Serialize and WithTx),
 // Exclusive is Serialize: it takes key's lock on that transaction, in a
 // savepoint, and fn gets the transaction's connection. Inside an Exclusive
 // on the same store and key, however deep, it runs fn at once on that
 // call's connection, with that call's token.
+//
+// docs/lockstore.md#exclusive-on-postgresql has the details (the watcher,
+// Close, an example).
 func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) (T, error)) (T, error) {
 	var zero T
 	id, err := s.precheck("Exclusive", key, fn == nil)

@@ -22,11 +22,12 @@ import (
 // The fault suite: three Stores on one database, the first behind a TCP
 // proxy that injects the fault, 15 goroutines on 4 keys making fenced
 // writes to a table reached straight (not through the proxy), as an
-// application's resource would be. Each case checks the contract of the
-// package doc: tokens rise per key in grant order, the resource never
-// takes a stale holder's write once the next holder wrote, and the window
-// (from a grant to the moment the previous holder stopped believing it
-// held the key: Lost or Release) stays within LeaseBound.
+// application's resource would be. Each case checks the contract of
+// docs/lockstore.md#losing-a-lock-the-contract: tokens rise per key in
+// grant order, the resource never takes a stale holder's write once the
+// next holder wrote, and the window (from a grant to the moment the
+// previous holder stopped believing it held the key: Lost or Release)
+// stays within LeaseBound.
 
 // stormLease is the suite's lease: short, so that the suite stays fast.
 var stormLease = Config{LeaseBound: time.Second, KeepAlive: 250 * time.Millisecond, Timeout: 500 * time.Millisecond,

@@ -55,8 +55,8 @@ func (l *pgLock) Key() lockstore.Key { return l.key }
 
 // Token is the fencing token drawn from the store's sequence in the same
 // statement that took the lock: greater than every token granted before,
-// on any node, across restarts and crash recovery of the server (see the
-// package doc).
+// on any node, across restarts and crash recovery of the server (see
+// docs/lockstore.md#losing-a-lock-the-contract).
 func (l *pgLock) Token() int64 { return l.token }
 
 // AcquiredAt is when this node received the grant.

@@ -19,110 +19,41 @@ import (
 
 // Serialize runs fn in a transaction that holds key's
 // pg_advisory_xact_lock, so that one fn at a time runs for key across every
-// node sharing the database, and returns what fn returns.
+// node sharing the database, and returns what fn returns. A node's callers
+// for one key queue on a node-local mutex first, so waiters never drain
+// the pool; BEGIN, the lock and the token take one round trip.
 //
-// A node's own callers for one key first queue on a node-local mutex (first
-// come first served), so only one of them at a time holds a pooled
-// connection; the others wait in Go and never drain the pool. The one at
-// the head takes a pooled connection and sends BEGIN, the transaction's
-// timeout, the lock and the draw of a fencing token in one round trip; with
-// fn doing nothing, Serialize costs two round trips (that one and COMMIT),
-// where Begin, SELECT pg_advisory_xact_lock and Commit cost three.
-//
-// ctx bounds the wait. Its deadline, when it has one, becomes the
-// transaction's lock_timeout, set a little under the deadline so that the
-// server answers before the client gives up and the connection stays
-// usable; a wait the server ends this way returns an error matching both
-// lockstore.ErrTimeout and context.DeadlineExceeded, one the server's own
-// lock_timeout ends matches lockstore.ErrTimeout. The lock_timeout holds
-// for the whole transaction, so fn's own lock waits end by the deadline too.
-// A wait that ctx ends returns an error matching ctx's error. Without a
-// deadline, the transaction's statement_timeout is Config.StatementTimeout
-// (default 30s), set in the same round trip unless a statement_timeout is
-// in force already (the server's, the role's, the pool's), so that no
-// statement of the transaction, the lock wait and fn's own included, holds
-// its pooled connection for ever: a lock wait it ends returns an error
-// matching lockstore.ErrTimeout.
+// ctx bounds the wait: its deadline becomes the transaction's lock_timeout
+// (an error matching lockstore.ErrTimeout and context.DeadlineExceeded);
+// without one, Config.StatementTimeout bounds every statement
+// (lockstore.ErrTimeout). A wait that ctx ends returns ctx's error.
 //
 // fn gets a ctx that carries the transaction and the fencing token of
-// key's lock (lockstore.TokenFrom), drawn from the store's sequence once
-// the lock is granted, in the same round trip: greater than every token
-// drawn before on any node, Locker grants included. (After a crash of the
-// server, the first Serialize to draw a token finds the epoch not live,
-// see epoch.go: it rolls back, bumps the epoch and begins again, once.)
-// When fn returns an error or panics, the transaction rolls back: the
-// error comes back as is, joined with the rollback's error if that failed
-// too, and a panic goes on after the rollback. When ctx is done by the time
-// fn returns, the transaction rolls back too. A failed commit comes back
-// wrapped; when the session ended before or during it (its backend
-// terminated, the connection lost), which ends key's lock with it, the
-// error matches lockstore.ErrLockLost too. On any error the result is T's
-// zero value. fn's ctx is cancelled when Serialize returns.
+// key's lock (lockstore.TokenFrom), greater than every token drawn before
+// on any node. When fn returns an error or panics, or ctx is done by the
+// time fn returns, the transaction rolls back: fn's error comes back as is
+// (joined with the rollback's error if that failed), a panic goes on after
+// the rollback. A failed commit comes back wrapped, matching
+// lockstore.ErrLockLost when the session ended before or during it. On any
+// error the result is T's zero value; fn's ctx is cancelled when Serialize
+// returns. Close cancels fn's ctx and rolls back (lockstore.ErrClosed).
 //
-// Close stops a running Serialize: fn's ctx is cancelled with a cause
-// matching lockstore.ErrClosed, the transaction rolls back instead of
-// committing (the error matches lockstore.ErrClosed), and one whose fn is
-// still running after Config.Timeout has its connection closed, which
-// ends the transaction on the server. A call waiting for the node-local
-// mutex, a connection or the server fails with an error matching
-// lockstore.ErrClosed.
-//
-// # Nesting
-//
-// Inside an open transaction carried by ctx (one opened by Serialize on
-// this Store, or the caller's own attached with WithTx), Serialize skips
-// the node-local mutex, which could deadlock a caller waiting for a key
-// while holding a transaction, and runs fn in a savepoint of that
-// transaction, taking key's lock in it unless the transaction holds it
-// already. A new key gets a token of its own; the same key again reuses
-// its lock and token. A nested call costs two round trips: the savepoint
-// (with the lock and the token, for a new key) and its release.
-//
-// When the nested fn returns an error or panics, the transaction rolls back
-// to the savepoint: fn's writes, the lock taken for it and the effects
-// registered inside it (lockstore.AfterCommit, deeper calls included) are
-// dropped, whatever the enclosing fn does next, and the transaction stays
-// usable; a lock wait that fails (lock_timeout, ErrTimeout) does the same.
-// fn's error comes back as is. When fn succeeds but leaves the transaction
-// aborted (it swallowed a server error), the release fails, the savepoint
-// is rolled back all the same and the error says so. The locks are
-// released when the outermost transaction ends, and the outermost fn
-// decides whether it commits.
-//
-// Inside a call of Exclusive on this Store, the transaction runs on
-// Exclusive's connection (on the connection of the enclosing call that
-// holds key, when calls nest, and with that call's token), and a key that
-// an enclosing Exclusive holds is never waited for again.
-//
-// # Effects
-//
-// Serialize is a lockstore.AfterCommit scope: functions registered with
-// lockstore.AfterCommit(ctx, f) anywhere inside the outermost Serialize,
-// nested calls included (unless they rolled back to their savepoint), run
-// once it has committed and released its connection and its node-local
-// mutex, in the order they were registered; they never run when it rolls
-// back. Keep fn to database work: anything slow in it holds the lock.
-//
-//	balance, err := postgres.Serialize(ctx, store, lockstore.Key{Namespace: "account", ID: id},
-//		func(ctx context.Context, tx pgx.Tx) (int64, error) {
-//			var balance int64
-//			if err := tx.QueryRow(ctx, "SELECT balance FROM account WHERE id = $1", id).Scan(&balance); err != nil {
-//				return 0, err
-//			}
-//			balance += amount
-//			if _, err := tx.Exec(ctx, "UPDATE account SET balance = $2 WHERE id = $1", id, balance); err != nil {
-//				return 0, err
-//			}
-//			lockstore.AfterCommit(ctx, func() { notify(id, balance) })
-//			return balance, nil
-//		})
+// Inside an open transaction carried by ctx (an outer Serialize, or WithTx),
+// Serialize runs fn in a savepoint, taking key's lock there unless the
+// transaction holds it; when fn fails, its writes, lock and effects roll
+// back to the savepoint and the outermost fn decides the commit. Functions
+// registered with lockstore.AfterCommit run after the outermost commit, in
+// order, and never on rollback. Keep fn to database work: anything slow in
+// it holds the lock.
 //
 // Bad input (a nil store or fn, an invalid key) gets an error at once, one
 // matching lockstore.ErrInvalidKey for a key; a closed store gets one
-// matching lockstore.ErrClosed.
+// matching lockstore.ErrClosed. The call is a step a tracer in ctx sees
+// (observe.StepSerialize), and fn's context carries it.
 //
-// The call is a step a tracer in ctx sees (observe.StepSerialize), and fn's
-// context carries it.
+// docs/lockstore.md#serialize-on-postgresql has the details: timeouts,
+// tokens after a crash, Close, nesting (and inside Exclusive), effects,
+// and an example.
 func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (v T, err error) {
 	ctx, end := observe.StartStep(ctx, observe.StepSerialize, key.Namespace)
 	defer func() { end(err) }()

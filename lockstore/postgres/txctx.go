@@ -25,11 +25,11 @@ func txScopeFor(ctx context.Context, s *Store) *txScope {
 // will end, and the effects registered in it with lockstore.AfterCommit.
 //
 // Serialize and Exclusive called with the returned ctx (on any Store of
-// tx's database) run inside tx, as nested calls do (see Serialize,
-// Nesting): each runs its fn in a savepoint of tx, skips the node-local
-// mutex, takes the key's pg_advisory_xact_lock on tx (once per key: the same
-// key again reuses the lock and its token) and leaves the commit to the
-// caller. The locks are released when tx ends. Attach only a transaction on
+// tx's database) run inside tx, as nested calls do
+// (docs/lockstore.md#serialize-on-postgresql-nested-calls): each runs its
+// fn in a savepoint of tx, skips the node-local mutex, takes the key's
+// pg_advisory_xact_lock on tx (once per key: the same key again reuses the
+// lock and its token) and leaves the commit to the caller. The locks are released when tx ends. Attach only a transaction on
 // the database the stores lock on.
 //
 // The effects belong to the caller's transaction: lockstore.AfterCommit
