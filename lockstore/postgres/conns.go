@@ -8,10 +8,10 @@ import (
 
 // The lock connections grow with what the store holds. PostgreSQL walks a
 // session's whole local lock table at the end of every statement, so a
-// round trip on a connection holding n locks costs about n * 50ns more on
-// the server: 10,000 locks on 2 connections made every TryLock+Release
-// 3.5x slower. New grants therefore go only to the active set: the base
-// connections (Config.LockConns) and the extra ones, except those holding
+// round trip on a connection costs more the more locks it holds (the
+// figures are in docs/PERFORMANCE.md, "Figures behind the design"). New
+// grants therefore go only to the active set: the base connections
+// (Config.LockConns) and the extra ones, except those holding
 // Config.LocksPerConn locks or more (full). When fewer than LockConns
 // connections are active, one more is opened (at most maxConns in all);
 // locks held for a long time stay on the full connections, whose round
