@@ -19,12 +19,11 @@
 //	// ... write, passing l.Token() to a resource that fences stale holders;
 //	// stop when <-l.Lost() fires.
 //
-// Locks live on a few lock connections of the store's own beside the pool,
-// since one session holds any number of advisory locks; a node's claimants
-// of one key queue in Go, and the requests pending on a connection share
-// one round trip. Fencing tokens rise across all nodes, restarts and crash
-// recovery of the server. New applies the schema's migrations unless
-// Config.NoAutoMigrate is set.
+// Locks live on a few lock connections of the store's own beside the pool
+// (one session holds any number of advisory locks); a node's claimants of
+// one key queue in Go, and the requests pending on a connection share one
+// round trip. Fencing tokens rise across all nodes, restarts and crash
+// recovery. New applies the migrations unless Config.NoAutoMigrate is set.
 //
 // A lock is believed held only within Config.LeaseBound of its
 // connection's last confirmed round trip; after that Lost closes. Release
@@ -34,8 +33,7 @@
 // locks need a direct or session-mode connection: through a pooler in
 // transaction mode New fails with ErrNoSession (see Config.LockConnString).
 //
-// docs/lockstore.md#lockstorepostgres describes the lock connections,
-// Serialize, Exclusive and WithTx, the migrations, the contract on losing
-// a lock and its window by fault, many locks, PgBouncer and lock ids;
-// docs/postgres-production.md is the operator's side.
+// docs/lockstore.md#lockstorepostgres has the details: lock connections,
+// Serialize, Exclusive, migrations, losing a lock and its window by fault,
+// many locks, PgBouncer, lock ids; docs/postgres-production.md, operations.
 package postgres
