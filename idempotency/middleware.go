@@ -1,10 +1,8 @@
 package idempotency
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/internal/afterlost"
-	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/observe"
@@ -172,7 +169,7 @@ func (m *Middleware) begin(ctx context.Context, p *middleware.Pipeline, key lock
 		m.release(ctx, p.CommandUUID, lk, true)
 		switch {
 		case err == nil:
-			answer(p, o, fp)
+			Answer(p, o, fp)
 		case ctx.Err() != nil:
 			p.Halt(fmt.Errorf("idempotency: outcome of key %s: %w", key, err))
 		default:
@@ -195,7 +192,7 @@ func (m *Middleware) answered(ctx context.Context, p *middleware.Pipeline, key l
 	if err != nil || !found {
 		return false
 	}
-	answer(p, o, fp)
+	Answer(p, o, fp)
 	return true
 }
 
@@ -250,33 +247,6 @@ func invalidKey(err error) error {
 var invalidKeyMessage = fmt.Sprintf("the idempotency key cannot be used: longer than %d bytes (%d with the command name) or not UTF-8",
 	lockstore.MaxIDLen, lockstore.MaxNamespaceLen)
 
-// answer halts a repeat with the stored outcome o of its key; fp is the
-// repeat's fingerprint.
-func answer(p *middleware.Pipeline, o claimstore.Outcome, fp []byte) {
-	if !bytes.Equal(o.Fingerprint, fp) {
-		p.Halt(middleware.Reject(middleware.CodeIdempotencyConflict, "",
-			"the idempotency key was used by a command with another payload"))
-		return
-	}
-	if len(o.Err) > 0 {
-		err := wire.UnmarshalError(o.Err)
-		var rej *middleware.Rejection
-		if errors.As(err, &rej) {
-			p.Halt(rej)
-			return
-		}
-		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, "",
-			"the stored answer of this command cannot be read"), err))
-		return
-	}
-	if len(o.Result) > 0 {
-		p.Respond(json.RawMessage(o.Result))
-	} else {
-		p.Respond(nil)
-	}
-	p.Halt(nil)
-}
-
 // LockLost cancels the handler's context: the run's lock was lost.
 func (r *run) LockLost() {
 	r.cancel(fmt.Errorf("idempotency: lock on the idempotency key lost while the handler ran: %s: %w", r.key, ErrLockLost))
@@ -328,47 +298,12 @@ func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline) {
 // outcome returns the outcome to store for the run r of p, and whether it
 // is final.
 func (m *Middleware) outcome(ctx context.Context, p *middleware.Pipeline, r *run) (claimstore.Outcome, bool) {
-	err := p.Err()
-	if err == nil {
-		res, _ := p.Response()
-		b, err := marshalResult(res)
-		if err != nil {
-			m.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency outcome not stored: the result cannot be encoded",
-				slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
-			return claimstore.Outcome{}, false
-		}
-		return claimstore.Outcome{Fingerprint: r.fp, Result: b}, true
+	o, final, err := OutcomeOf(p, r.fp)
+	if err != nil {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency outcome not stored: the result cannot be encoded",
+			slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
 	}
-	rej, ok := finalRejection(err)
-	if !ok {
-		return claimstore.Outcome{}, false
-	}
-	return claimstore.Outcome{Fingerprint: r.fp, Err: wire.MarshalError(rej)}, true
-}
-
-// finalRejection returns the rejection in err's chain when it is a final
-// answer: any code but unavailable, timeout and locked, which say "try
-// again", and not from a panic.
-func finalRejection(err error) (*middleware.Rejection, bool) {
-	var perr *middleware.PanicError
-	var rej *middleware.Rejection
-	if errors.As(err, &perr) || !errors.As(err, &rej) {
-		return nil, false
-	}
-	switch rej.Code {
-	case middleware.CodeUnavailable, middleware.CodeTimeout, middleware.CodeLocked:
-		return nil, false
-	}
-	return rej, true
-}
-
-// marshalResult encodes a result as the bus does. Its MarshalJSON is user
-// code: a panic there is an error.
-func marshalResult(res any) (b []byte, err error) {
-	if perr := middleware.Recover("idempotency result encoder", func() { b, err = json.Marshal(res) }); perr != nil {
-		return nil, perr
-	}
-	return b, err
+	return o, final
 }
 
 // release releases lk, logging a failure. detach gives the release a

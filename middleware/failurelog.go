@@ -55,7 +55,7 @@ func logFailure(ctx context.Context, l *slog.Logger, p *Pipeline) {
 		errors.As(err, &rej)
 	case p.halted && err == nil:
 		level, msg = slog.LevelDebug, "command halted as done"
-	case errors.As(err, &rej) && rej.Code == CodeUnavailable:
+	case errors.As(err, &rej) && (rej.Code == CodeUnavailable || rej.Code == CodeNotApplied || rej.Code == CodeOutcomeUnknown):
 		level, msg = slog.LevelWarn, "command unavailable"
 	case rej != nil, p.halted:
 		level, msg = slog.LevelInfo, "command rejected"

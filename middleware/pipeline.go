@@ -128,6 +128,16 @@ func (p *Pipeline) Handled() bool { return p.handled }
 // in after-failure hooks of a command halted with a nil error.
 func (p *Pipeline) Err() error { return p.err }
 
+// Fail records err as the command's error unless one is already recorded.
+// It is for an after hook whose work decides the command's fate, such as
+// a COMMIT that failed: the sender gets err, and the after hooks that run
+// later see it in Err.
+func (p *Pipeline) Fail(err error) {
+	if err != nil {
+		p.fail(err)
+	}
+}
+
 // fail records err as the command's error unless one is already recorded.
 func (p *Pipeline) fail(err error) {
 	if p.err == nil {

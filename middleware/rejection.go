@@ -19,6 +19,13 @@ const (
 	// already used by a command with another payload (see the idempotency
 	// package): the stored answer is for that other command.
 	CodeIdempotencyConflict = "idempotency_conflict"
+	// CodeNotApplied says that nothing of the command applied (its
+	// transaction rolled back, or never began): the sender may send it
+	// again. CodeOutcomeUnknown says that its COMMIT was sent and not
+	// answered: it may have applied; only a repeat with the same
+	// idempotency key is safe.
+	CodeNotApplied     = "not_applied"
+	CodeOutcomeUnknown = "outcome_unknown"
 )
 
 // Rejection is a structured business rejection of a command: a code such as
@@ -75,6 +82,8 @@ var (
 	ErrTimeout      error = &Rejection{Code: CodeTimeout, Message: "timed out"}
 	// ErrIdempotencyConflict matches a rejection with CodeIdempotencyConflict.
 	ErrIdempotencyConflict error = &Rejection{Code: CodeIdempotencyConflict, Message: "idempotency key used by another command"}
+	ErrNotApplied          error = &Rejection{Code: CodeNotApplied, Message: "the command did not apply"}
+	ErrOutcomeUnknown      error = &Rejection{Code: CodeOutcomeUnknown, Message: "the command's outcome is unknown"}
 )
 
 // Reject returns a rejection with code, naming field (may be empty), with a
@@ -103,8 +112,8 @@ func (r *Rejection) Is(target error) bool {
 
 // HTTPStatus is the HTTP status that answers a command failing with err:
 // 409 Conflict for already_taken and idempotency_conflict, 422 for
-// invalid, 423 for locked, 504 for timeout, 503 for unavailable (send a
-// Retry-After with it), 500 for any other code or an error that is no
+// invalid, 423 for locked, 504 for timeout, 503 for unavailable,
+// not_applied and outcome_unknown (send a Retry-After with it), 500 for any other code or an error that is no
 // rejection, and 200 for nil. An app with codes of its own maps them first.
 func HTTPStatus(err error) int {
 	if err == nil {
@@ -123,7 +132,7 @@ func HTTPStatus(err error) int {
 		return http.StatusLocked
 	case CodeTimeout:
 		return http.StatusGatewayTimeout
-	case CodeUnavailable:
+	case CodeUnavailable, CodeNotApplied, CodeOutcomeUnknown:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -94,7 +94,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 //     the command fails with that context's error;
 //   - the handler's result becomes the response unless a hook responded;
 //   - after a successful handler, AfterDispatch hooks run; after a failure,
-//     a panic or a halt, AfterFailure hooks run; either runs in reverse
+//     a panic or a halt, AfterFailure hooks run (also for the hooks after
+//     one that failed the command with Pipeline.Fail or a panic); either runs in reverse
 //     order, once, only for middleware whose BeforeDispatch started, even
 //     when a hook panics or a call ends the goroutine with runtime.Goexit
 //     (then Run does not return), with a context that ctx's cancellation
@@ -178,6 +179,9 @@ func (a *afterRun) finish() {
 	for a.next >= 0 {
 		m := a.r.mws[a.next]
 		a.next--
+		// An after hook that failed the command (Fail, a panic) makes the
+		// outer hooks see a failure.
+		a.failed = a.failed || a.p.err != nil
 		var perr error
 		if a.failed {
 			perr = Recover("AfterFailure", func() { m.AfterFailure(&a.actx, a.p) })

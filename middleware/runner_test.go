@@ -169,12 +169,12 @@ func TestRunnerSemantics(t *testing.T) {
 			},
 		},
 		{
-			name: "AfterDispatch panic does not stop the others and becomes the error",
+			name: "AfterDispatch panic does not stop the others, becomes the error, and the outer hooks see a failure",
 			hooks: map[string]hookFunc{
 				"m2.afterDispatch": func(context.Context, *middleware.Pipeline, *recorder) { panic("after boom") },
 			},
 			handler:    okHandler,
-			wantEvents: dispatched,
+			wantEvents: append(append([]string{}, before3...), "handler", "m3.afterDispatch", "m2.afterDispatch", "m1.afterFailure"),
 			wantResp:   "result",
 			checkErr: func(t *testing.T, err error) {
 				var perr *middleware.PanicError
@@ -455,7 +455,7 @@ func TestRunnerGoexit(t *testing.T) {
 	}{
 		{"in the handler", "handler", []string{"m1.before", "m2.before", "m3.before", "handler", "m3.afterFailure", "m2.afterFailure", "m1.afterFailure"}},
 		{"in a before hook", "m2.before", []string{"m1.before", "m2.before", "m2.afterFailure", "m1.afterFailure"}},
-		{"in an after hook", "m2.afterDispatch", []string{"m1.before", "m2.before", "m3.before", "handler", "m3.afterDispatch", "m2.afterDispatch", "m1.afterDispatch"}},
+		{"in an after hook", "m2.afterDispatch", []string{"m1.before", "m2.before", "m3.before", "handler", "m3.afterDispatch", "m2.afterDispatch", "m1.afterFailure"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -58,6 +58,10 @@ var layers = map[string]rule{
 		may: []string{"middleware", "lockstore", "claimstore", "observe"},
 		why: "a middleware on the claim store, beside uniqueness; never the bus",
 	},
+	"txcommand": {
+		may: []string{"middleware", "lockstore", "lockstore/postgres", "claimstore", "claimstore/postgres", "idempotency", "uniqueness", "observe"},
+		why: "commands in one PostgreSQL transaction: the middleware on the PostgreSQL stores, beside uniqueness and idempotency; never the bus",
+	},
 	"bus": {
 		may: []string{"middleware"},
 		why: "the bus runs middleware; it knows no store and no built-in middleware",

@@ -246,6 +246,13 @@ func ScopeFor[S comparable, Tx any, K comparable](ctx context.Context, s S) *Sco
 	return sc
 }
 
+// Carried returns the transaction ctx carries, whichever store opened it,
+// or nil.
+func Carried[S comparable, Tx any, K comparable](ctx context.Context) *Scope[S, Tx, K] {
+	sc, _ := ctx.Value(scopeKey[S]{}).(*Scope[S, Tx, K])
+	return sc
+}
+
 // Outermost is a backend's outermost Serialize transaction, begun and
 // holding its key's lock: what RunOutermost ends.
 type Outermost interface {
