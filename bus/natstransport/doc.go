@@ -8,8 +8,12 @@
 //	b, err := bus.New(t.BusConfig(bus.Config{Middleware: mws}))
 //	defer b.Close() // before t.Close
 //
-// Delivery is at least once: a message unacked after AckWait is delivered
-// again, to any node, so keep AckWait above the slowest handler. While NATS
+// Delivery is at least once. A node renews every command it holds (an
+// in-progress ack every AckWait/3) until the bus acks it, so a handler may
+// run longer than AckWait. A node that dies or loses its connection stops
+// renewing: the server delivers its commands again, to another node,
+// at most AckWait (default 5 s) after its last renewal, in time for a
+// sender whose deadline leaves AckWait plus the handler's run. While NATS
 // is down, Publish fails at once with an error matching
 // middleware.ErrUnavailable. Claims and locks do not travel here: the
 // uniqueness and lock middleware keep them in their lock store.

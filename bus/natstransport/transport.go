@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
@@ -190,6 +191,11 @@ func (t *Transport) Close() error {
 	})
 	return nil
 }
+
+// renewEvery is how often a subscription renews each message it holds: a
+// third of AckWait, so that a renewal delayed by a busy node or a slow
+// network still lands in time.
+func (t *Transport) renewEvery() time.Duration { return t.cfg.AckWait / 3 }
 
 func (t *Transport) isClosed() bool {
 	select {
