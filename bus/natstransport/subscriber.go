@@ -11,6 +11,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/claimbus/claimbus/bus"
 )
 
 // handOver is the AckWaitTimeout given to watermill-nats. Its subscriber
@@ -31,6 +33,9 @@ type subscriber struct {
 	// an ack lost on the way is a command handled twice); replies are
 	// acked without waiting (a reply delivered twice is dropped).
 	ackSync bool
+	// dropExpired terminates a command whose sender's deadline
+	// (bus.MetadataDeadline) has passed instead of handing it over.
+	dropExpired bool
 }
 
 // Subscribe creates topic's consumer unless it exists (ctx bounds that,
@@ -164,6 +169,9 @@ func (sub *subscription) forward() {
 				return
 			}
 			nm := sub.held.take(msg)
+			if sub.s.dropExpired && sub.expired(msg, nm) {
+				continue
+			}
 			// A message of our own: watermill-nats never sees its ack.
 			fwd := msg.Copy()
 			fwd.SetContext(sub.ctx)
@@ -187,6 +195,24 @@ func (sub *subscription) forward() {
 			}
 		}
 	}
+}
+
+// expired terminates nm and reports true when msg carries a sender's
+// deadline (bus.MetadataDeadline) that has passed: nobody waits for its
+// outcome, and the bus would not start its handler.
+func (sub *subscription) expired(msg *message.Message, nm *nats.Msg) bool {
+	d, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(bus.MetadataDeadline))
+	if err != nil || time.Now().Before(d) {
+		return false
+	}
+	fields := msgFields(nm)
+	fields["deadline"] = d
+	if err := nm.Term(); err != nil {
+		sub.logger.Error("Cannot terminate a command past its deadline; the server delivers it again after AckWait", err, fields)
+	} else {
+		sub.logger.Info("Dropped a command past its sender's deadline", fields)
+	}
+	return true
 }
 
 // settle acks nm when msg is acked and naks it when msg is nacked,

@@ -119,7 +119,7 @@ func New(ctx context.Context, url string, cfg Config) (*Transport, error) {
 		return fail(wrap(ctx, "publisher", err))
 	}
 	t.publisher = &publisher{t: t, inner: inner}
-	t.commands = &subscriber{t: t, ackSync: true}
+	t.commands = &subscriber{t: t, ackSync: true, dropExpired: true}
 	t.replies = &subscriber{t: t}
 	return t, nil
 }
