@@ -888,33 +888,49 @@ func checkWaitsForHandler(e *env) {
 }
 
 // A handler that never answers, as on a node that hangs or died before it
-// acked: after the ack deadline the command is delivered again, to any
-// node, and the sender gets the reply of that second run.
+// acked (with Backend.Crash, its node crashes): after the ack deadline the
+// command is delivered again, to any node, and the sender gets the reply
+// of that second run.
 func checkRedelivery(e *env) {
 	t := e.t
 	e.redeliverAfter = redeliverAfter
 	release := make(chan struct{})
 	defer close(release)
 	var runs atomic.Int32
-	reg := func(id string) func(b *bus.Bus) {
+	hung := make(chan string, 1) // the node of the first run
+	var ids [2]string            // set before the first Dispatch
+	reg := func(i int) func(b *bus.Bus) {
 		return func(b *bus.Bus) {
 			require.NoError(t, bus.Handle(b, func(_ context.Context, c *block) (string, error) {
 				if runs.Add(1) == 1 {
+					hung <- ids[i]
 					<-release // the first run hangs
 					return "first", nil
 				}
-				return id, nil
+				return ids[i], nil
 			}))
 		}
 	}
-	e.node(bus.Config{}, reg("node-a"))
-	e.node(bus.Config{}, reg("node-b"))
+	ids[0] = e.node(bus.Config{}, reg(0)).id
+	ids[1] = e.node(bus.Config{}, reg(1)).id
 	s := e.node(bus.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	got, err := bus.Dispatch[string](ctx, s.bus, &block{ID: 1})
-	require.NoError(t, err)
-	require.Contains(t, []string{"node-a", "node-b"}, got, "the reply of the second run")
+	type result struct {
+		got string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := bus.Dispatch[string](ctx, s.bus, &block{ID: 1})
+		done <- result{got, err}
+	}()
+	if e.be.Crash != nil {
+		e.be.Crash(t, recv(t, hung, "the first run to start"))
+	}
+	r := recv(t, done, "the reply")
+	require.NoError(t, r.err)
+	require.Contains(t, ids[:], r.got, "the reply of the second run")
 	require.EqualValues(t, 2, runs.Load())
 }
 

@@ -36,7 +36,8 @@ type Harness struct {
 
 	// Redelivery declares at-least-once delivery: a command its handler
 	// has not acked within NodeOptions.RedeliverAfter is delivered again,
-	// to any node, and its sender gets the reply of that run. Needs
+	// to any node, and its sender gets the reply of that run; with
+	// Backend.Crash, a command whose node crashed before it acked. Needs
 	// MultiNode.
 	Redelivery bool
 
@@ -71,6 +72,14 @@ type Backend struct {
 	// so that its ReplySubscriber reports the loss to its buses, and come
 	// back on its own. Required with Harness.LossNotifier.
 	LoseConnection func(t testing.TB, id string)
+
+	// Crash, when set, makes the transport of node id die as a crashed
+	// process would: its connection ends, and nothing it holds is acked,
+	// nacked or handed back. The Redelivery check then crashes the node
+	// whose handler hangs, for a transport whose live nodes keep the
+	// commands they hold (renewing their ack deadline) however long their
+	// handlers run.
+	Crash func(t testing.TB, id string)
 
 	// Unacked returns how many messages published to topic the backend
 	// holds that are not acked yet (0 for a topic never published to).

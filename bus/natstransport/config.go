@@ -20,9 +20,11 @@ const (
 	// DefaultDurablePrefix starts the name of every consumer of the
 	// transport.
 	DefaultDurablePrefix = "claimbus"
-	// DefaultAckWait is how long a delivered message may stay unacked
-	// before the server delivers it again.
-	DefaultAckWait = 30 * time.Second
+	// DefaultAckWait is how long the server waits for a sign of life (an
+	// ack or a renewal) of the node a message was delivered to before it
+	// delivers the message again: how soon a dead node's commands come
+	// back.
+	DefaultAckWait = 5 * time.Second
 	// DefaultMaxAckPending is how many messages of one topic may be
 	// delivered and unacked at once, across every node.
 	DefaultMaxAckPending = 256
@@ -69,19 +71,24 @@ type Config struct {
 	// digits, - and _ only, at most 32 bytes.
 	DurablePrefix string
 
-	// AckWait is how long the server waits for the ack of a delivered
-	// message before it delivers it again, to any node. Longer than the
-	// slowest handler plus the time a message may wait on a busy node (see
-	// MaxAckPending), or a command is handled twice. Every node of a stream
-	// must agree: it is part of each consumer. Default DefaultAckWait.
+	// AckWait is how long the server waits for a sign of life of the node
+	// a message was delivered to before it delivers the message again, to
+	// any node. A node renews every message it holds (an in-progress ack)
+	// every AckWait/3 until the bus acks it, so a handler may run longer
+	// than AckWait; a node that dies or loses its connection stops
+	// renewing, and its messages come back within AckWait. Keep it well
+	// below the deadlines of the senders, so that a dead node's command is
+	// handled elsewhere in time. Every node of a stream must agree: it is
+	// part of each consumer. Default DefaultAckWait.
 	AckWait time.Duration
 
 	// MaxAckPending bounds the messages of one topic delivered and not yet
 	// acked, across every node; the server holds the rest back. The
-	// delivered ones wait on their node for a free handler with AckWait
-	// running, so keep MaxAckPending / (nodes × bus.Config.HandlerConcurrency)
-	// × the slowest handler below AckWait. Every node must agree. Default
-	// DefaultMaxAckPending.
+	// delivered ones that wait in a busy node's client for the bus to take
+	// them are not renewed yet, so keep MaxAckPending / (nodes ×
+	// bus.Config.HandlerConcurrency) × the slowest handler below AckWait,
+	// or such a message is delivered again while it waits. Every node must
+	// agree. Default DefaultMaxAckPending.
 	MaxAckPending int
 
 	// RequestTimeout bounds each request to JetStream: a publish waiting

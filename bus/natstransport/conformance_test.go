@@ -23,8 +23,8 @@ func runConformance(t *testing.T, memory bool) {
 	bustest.Run(t, bustest.Harness{MultiNode: true, Durable: true, Redelivery: true, Inspects: true,
 		NewBackend: func(t testing.TB) bustest.Backend {
 			srv := natstest.Start(t)
-			nb := &natsBackend{url: srv.URL(), memory: memory, in: inspect(t, srv.URL())}
-			return bustest.Backend{Node: nb.node, Unacked: nb.unacked}
+			nb := &natsBackend{url: srv.URL(), memory: memory, in: inspect(t, srv.URL()), dialers: map[string]*crashDialer{}}
+			return bustest.Backend{Node: nb.node, Crash: nb.crash, Unacked: nb.unacked}
 		}})
 }
 
@@ -34,18 +34,29 @@ type natsBackend struct {
 	memory bool
 	in     *inspector
 
-	mu    sync.Mutex
-	first *natstransport.Transport // names the stream and the subjects
+	mu      sync.Mutex
+	first   *natstransport.Transport // names the stream and the subjects
+	dialers map[string]*crashDialer  // by node id
 }
 
 func (nb *natsBackend) node(t testing.TB, cfg bus.Config, o bustest.NodeOptions) bus.Config {
-	tr := newTransport(t, nb.url, o.ID, natstransport.Config{MemoryStorage: nb.memory, AckWait: o.RedeliverAfter})
+	tcfg, dialer := crashable(natstransport.Config{MemoryStorage: nb.memory, AckWait: o.RedeliverAfter})
+	tr := newTransport(t, nb.url, o.ID, tcfg)
 	nb.mu.Lock()
 	defer nb.mu.Unlock()
 	if nb.first == nil {
 		nb.first = tr
 	}
+	nb.dialers[o.ID] = dialer
 	return tr.BusConfig(cfg)
+}
+
+// crash cuts node id's connection: a node renews what it holds, so only
+// a dead one has its commands delivered again.
+func (nb *natsBackend) crash(_ testing.TB, id string) {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	nb.dialers[id].crash()
 }
 
 // unacked counts what the stream holds of topic: a work queue deletes an

@@ -11,6 +11,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/claimbus/claimbus/bus"
 )
 
 // handOver is the AckWaitTimeout given to watermill-nats. Its subscriber
@@ -31,6 +33,9 @@ type subscriber struct {
 	// an ack lost on the way is a command handled twice); replies are
 	// acked without waiting (a reply delivered twice is dropped).
 	ackSync bool
+	// dropExpired terminates a command whose sender's deadline
+	// (bus.MetadataDeadline) has passed instead of handing it over.
+	dropExpired bool
 }
 
 // Subscribe creates topic's consumer unless it exists (ctx bounds that,
@@ -150,6 +155,8 @@ func (sub *subscription) run() {
 }
 
 func (sub *subscription) forward() {
+	renew := time.NewTicker(sub.s.t.renewEvery())
+	defer renew.Stop()
 	for {
 		select {
 		case <-sub.ctx.Done():
@@ -162,38 +169,75 @@ func (sub *subscription) forward() {
 				return
 			}
 			nm := sub.held.take(msg)
+			if sub.s.dropExpired && sub.expired(msg, nm) {
+				continue
+			}
 			// A message of our own: watermill-nats never sees its ack.
 			fwd := msg.Copy()
 			fwd.SetContext(sub.ctx)
-			select {
-			case sub.out <- fwd:
-				sub.settling.Add(1)
-				go sub.settle(fwd, nm)
-			case <-sub.ctx.Done():
-				sub.handBack(nm)
-				return
-			case <-sub.s.t.stop:
-				sub.handBack(nm)
-				return
+			renew.Reset(sub.s.t.renewEvery())
+		handOver:
+			for {
+				select {
+				case sub.out <- fwd:
+					sub.settling.Add(1)
+					go sub.settle(fwd, nm)
+					break handOver
+				case <-renew.C:
+					sub.renew(nm)
+				case <-sub.ctx.Done():
+					sub.handBack(nm)
+					return
+				case <-sub.s.t.stop:
+					sub.handBack(nm)
+					return
+				}
 			}
 		}
 	}
 }
 
-// settle acks nm when msg is acked and naks it when msg is nacked; when
-// the subscription stops first, it acks nm if msg was acked by then and
-// hands it back otherwise. A bus acks every message it handled before it
-// ends its subscriptions, so those acks are never lost.
+// expired terminates nm and reports true when msg carries a sender's
+// deadline (bus.MetadataDeadline) that has passed: nobody waits for its
+// outcome, and the bus would not start its handler.
+func (sub *subscription) expired(msg *message.Message, nm *nats.Msg) bool {
+	d, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(bus.MetadataDeadline))
+	if err != nil || time.Now().Before(d) {
+		return false
+	}
+	fields := msgFields(nm)
+	fields["deadline"] = d
+	if err := nm.Term(); err != nil {
+		sub.logger.Error("Cannot terminate a command past its deadline; the server delivers it again after AckWait", err, fields)
+	} else {
+		sub.logger.Info("Dropped a command past its sender's deadline", fields)
+	}
+	return true
+}
+
+// settle acks nm when msg is acked and naks it when msg is nacked,
+// renewing it until then (see renew); when the subscription stops first,
+// it acks nm if msg was acked by then and hands it back otherwise. A bus
+// acks every message it handled before it ends its subscriptions, so
+// those acks are never lost.
 func (sub *subscription) settle(msg *message.Message, nm *nats.Msg) {
 	defer sub.settling.Done()
-	select {
-	case <-msg.Acked():
-		sub.ack(nm)
-		return
-	case <-msg.Nacked():
-		sub.nak(nm)
-		return
-	case <-sub.stopped:
+	renew := time.NewTicker(sub.s.t.renewEvery())
+	defer renew.Stop()
+wait:
+	for {
+		select {
+		case <-msg.Acked():
+			sub.ack(nm)
+			return
+		case <-msg.Nacked():
+			sub.nak(nm)
+			return
+		case <-renew.C:
+			sub.renew(nm)
+		case <-sub.stopped:
+			break wait
+		}
 	}
 	select {
 	case <-msg.Acked():
@@ -212,6 +256,17 @@ func (sub *subscription) ack(nm *nats.Msg) {
 	}
 	if err != nil {
 		sub.logger.Error("Cannot ack a message; the server delivers it again after AckWait", err, msgFields(nm))
+	}
+}
+
+// renew tells the server that this node still holds nm (an in-progress
+// ack), which restarts its AckWait. A node that dies stops renewing, and
+// the server delivers its messages again within AckWait. A renewal that
+// cannot be sent (the connection is down) is not logged: the connection's
+// loss is.
+func (sub *subscription) renew(nm *nats.Msg) {
+	if err := nm.InProgress(); err != nil {
+		sub.logger.Debug("Cannot renew a message", msgFields(nm).Add(watermill.LogFields{"error": err}))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
@@ -118,7 +119,7 @@ func New(ctx context.Context, url string, cfg Config) (*Transport, error) {
 		return fail(wrap(ctx, "publisher", err))
 	}
 	t.publisher = &publisher{t: t, inner: inner}
-	t.commands = &subscriber{t: t, ackSync: true}
+	t.commands = &subscriber{t: t, ackSync: true, dropExpired: true}
 	t.replies = &subscriber{t: t}
 	return t, nil
 }
@@ -190,6 +191,11 @@ func (t *Transport) Close() error {
 	})
 	return nil
 }
+
+// renewEvery is how often a subscription renews each message it holds: a
+// third of AckWait, so that a renewal delayed by a busy node or a slow
+// network still lands in time.
+func (t *Transport) renewEvery() time.Duration { return t.cfg.AckWait / 3 }
 
 func (t *Transport) isClosed() bool {
 	select {
