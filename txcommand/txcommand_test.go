@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,12 @@ import (
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childDSN) != "" {
+		os.Exit(crashChild())
+	}
+	pgtest.Main(m)
+}
 
 // schema is an event-sourced staff model: the handler appends to
 // staff_events, which has no unique index; staff_read is its read model,
