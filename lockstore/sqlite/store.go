@@ -31,7 +31,6 @@ import (
 type Store struct {
 	db    *sql.DB
 	mem   *lockstore.Memory
-	path  string // the database file
 	guard *fileGuard
 
 	// tokens hands out the fencing tokens of Serialize and Exclusive (see
@@ -74,7 +73,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: New: nil *sql.DB")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	drv, ok := db.Driver().(*sqlite.Driver)
@@ -88,7 +87,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: the main database is in memory or temporary: the store needs a database file", ErrUnsuitableDB)
 	}
-	guard, err := guardFile(path, cmp.Or(cfg.LockDir, DefaultLockDir))
+	guard, err := guardFile(path, cmp.Or(cfg.LockDir, defaultLockDir))
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +109,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		_ = guard.release()
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
-	return &Store{db: db, mem: mem, path: path, guard: guard, tokens: tokens, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, mem: mem, guard: guard, tokens: tokens, gate: make(chan struct{}, 1)}, nil
 }
 
 // checkTransactions makes sure db's connections wait for locks (a busy
@@ -169,9 +168,6 @@ func isBusy(err error) bool {
 
 // DB returns the handle the store was made with.
 func (s *Store) DB() *sql.DB { return s.db }
-
-// Path returns the database file the store locks.
-func (s *Store) Path() string { return s.path }
 
 // TryLock takes key now, or fails with lockstore.ErrLocked while it is held.
 func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
