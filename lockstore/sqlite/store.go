@@ -52,10 +52,7 @@ type Store struct {
 	closeErr  error
 }
 
-var (
-	_ lockstore.Store    = (*Store)(nil)
-	_ lockstore.KeyOrder = (*Store)(nil)
-)
+var _ lockstore.Store = (*Store)(nil)
 
 // New returns a Store on db, a modernc.org/sqlite handle on a database file
 // (see DSN for a connection string that suits). It checks db at once and
@@ -191,9 +188,6 @@ func (s *Store) Waiting(key lockstore.Key) int { return s.mem.Waiting(key) }
 // Reset ends every lock held now, as lockstore.Memory.Reset does. It is
 // meant for tests.
 func (s *Store) Reset(ctx context.Context) error { return s.mem.Reset(ctx) }
-
-// CompareKeys orders keys for callers taking several (lockstore.SortKeys).
-func (s *Store) CompareKeys(a, b lockstore.Key) int { return s.mem.CompareKeys(a, b) }
 
 // Close ends every lock (closing its Lost channel; its Release then
 // reports lockstore.ErrLockLost), fails every waiter with
