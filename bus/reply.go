@@ -13,8 +13,9 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// MetadataPoisonReason, on a message sent to Config.PoisonTopic, says why
-// it could not be handled (the key of Watermill's PoisonQueue).
+// MetadataPoisonReason is the metadata key that says, on a message sent to
+// Config.PoisonTopic, why it could not be handled (the key of Watermill's
+// PoisonQueue).
 const MetadataPoisonReason = wire.MetadataPoisonReason
 
 // reply is the outcome of one command: its result as JSON, or its error as
