@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/claimbus/claimbus/middleware"
@@ -58,9 +57,10 @@ type Bus struct {
 	topics  sync.Map // command name → topic
 }
 
-// New returns a bus for cfg, which must be valid (see Config.Validate).
+// New returns a bus for cfg. It fails, with every problem of cfg joined
+// with errors.Join, when cfg is not valid.
 func New(cfg Config) (*Bus, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -89,14 +89,8 @@ func New(cfg Config) (*Bus, error) {
 	return b, nil
 }
 
-// NodeID returns the id of this bus instance.
-func (b *Bus) NodeID() string { return b.cfg.NodeID }
-
 // ReplyTopic returns the topic this bus receives its replies on.
 func (b *Bus) ReplyTopic() string { return b.replyTopic }
-
-// Marshaler returns the marshaler the bus encodes and names commands with.
-func (b *Bus) Marshaler() cqrs.CommandEventMarshaler { return b.cfg.Marshaler }
 
 // CommandName returns the name cmd travels under, which selects its
 // handler and its topic.

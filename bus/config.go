@@ -20,17 +20,13 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultHandlerConcurrency is how many commands one bus handles at
+	// defaultHandlerConcurrency is how many commands one bus handles at
 	// once when Config.HandlerConcurrency is zero.
-	DefaultHandlerConcurrency = 64
-	// DefaultCloseTimeout is how long Close lets running handlers finish
+	defaultHandlerConcurrency = 64
+	// defaultCloseTimeout is how long Close lets running handlers finish
 	// before it cancels their context, when Config.CloseTimeout is zero.
-	DefaultCloseTimeout = 30 * time.Second
+	defaultCloseTimeout = 30 * time.Second
 )
-
-// TopicFunc names a topic: the topic of a command from the command's name,
-// or the reply topic of a bus from its node id.
-type TopicFunc func(name string) string
 
 // SendFunc is told about a command message before it is sent (see
 // Config.OnSend).
@@ -40,9 +36,9 @@ type SendFunc func(ctx context.Context, msg *message.Message)
 // the command's name.
 func DefaultCommandTopic(commandName string) string { return "command." + commandName }
 
-// DefaultReplyTopic is the default Config.ReplyTopic: "reply." and the
+// defaultReplyTopic is the default Config.ReplyTopic: "reply." and the
 // node id.
-func DefaultReplyTopic(nodeID string) string { return "reply." + nodeID }
+func defaultReplyTopic(nodeID string) string { return "reply." + nodeID }
 
 // typeNames caches DefaultName per dynamic type.
 var typeNames sync.Map // reflect.Type → string
@@ -62,9 +58,9 @@ func DefaultName(cmd any) string {
 	return n
 }
 
-// DefaultMarshaler returns the marshaler a bus uses when Config.Marshaler
+// defaultMarshaler returns the marshaler a bus uses when Config.Marshaler
 // is nil: JSON payloads, names from DefaultName, UUID message ids.
-func DefaultMarshaler() cqrs.CommandEventMarshaler {
+func defaultMarshaler() cqrs.CommandEventMarshaler {
 	return cqrs.JSONMarshaler{GenerateName: DefaultName, NewUUID: newUUID}
 }
 
@@ -94,7 +90,8 @@ type Config struct {
 	ReplyPublisher  message.Publisher
 	ReplySubscriber message.Subscriber
 
-	// Marshaler encodes commands and names them. Default DefaultMarshaler().
+	// Marshaler encodes commands and names them. Default: JSON payloads, names from
+	// DefaultName, UUID message ids.
 	// The name of a command (Marshaler.Name) selects its handler and topic.
 	Marshaler cqrs.CommandEventMarshaler
 
@@ -120,22 +117,22 @@ type Config struct {
 
 	// CommandTopic names the topic of a command from its name. Default
 	// DefaultCommandTopic. Every node must agree on it.
-	CommandTopic TopicFunc
+	CommandTopic func(commandName string) string
 
 	// ReplyTopic names this bus's reply topic from NodeID. Default
-	// DefaultReplyTopic. Every node must agree on it.
-	ReplyTopic TopicFunc
+	// "reply." and the node id. Every node must agree on it.
+	ReplyTopic func(nodeID string) string
 
 	// HandlerConcurrency bounds how many commands this bus handles at once,
 	// on as many goroutines, started on demand and kept until Close; more
 	// commands wait (a Send blocks, a message stays unread). Default
-	// DefaultHandlerConcurrency. A transport may handle fewer: watermill-sql
+	// 64. A transport may handle fewer: watermill-sql
 	// hands over one message per subscription at a time.
 	HandlerConcurrency int
 
 	// CloseTimeout is how long Close waits for running handlers before it
 	// cancels their context (and then waits for them to return). Default
-	// DefaultCloseTimeout.
+	// 30s.
 	CloseTimeout time.Duration
 
 	// PoisonTopic, when set, receives (through Publisher) a command message
@@ -158,8 +155,8 @@ type Config struct {
 	Logger watermill.LoggerAdapter
 }
 
-// Validate reports every problem of the configuration.
-func (c Config) Validate() error {
+// validate reports every problem of the configuration.
+func (c Config) validate() error {
 	var errs []error
 	if (c.Publisher == nil) != (c.Subscriber == nil) {
 		errs = append(errs, errors.New("bus: Publisher and Subscriber must be set together"))
@@ -193,7 +190,7 @@ func (c Config) Validate() error {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.Marshaler == nil {
-		c.Marshaler = DefaultMarshaler()
+		c.Marshaler = defaultMarshaler()
 	}
 	if c.ReplyPublisher == nil {
 		c.ReplyPublisher, c.ReplySubscriber = c.Publisher, c.Subscriber
@@ -205,11 +202,11 @@ func (c Config) withDefaults() Config {
 		c.CommandTopic = DefaultCommandTopic
 	}
 	if c.ReplyTopic == nil {
-		c.ReplyTopic = DefaultReplyTopic
+		c.ReplyTopic = defaultReplyTopic
 	}
 	c.ReleaseTimeout = cmp.Or(c.ReleaseTimeout, middleware.DefaultReleaseTimeout)
-	c.HandlerConcurrency = cmp.Or(c.HandlerConcurrency, DefaultHandlerConcurrency)
-	c.CloseTimeout = cmp.Or(c.CloseTimeout, DefaultCloseTimeout)
+	c.HandlerConcurrency = cmp.Or(c.HandlerConcurrency, defaultHandlerConcurrency)
+	c.CloseTimeout = cmp.Or(c.CloseTimeout, defaultCloseTimeout)
 	if c.Logger == nil {
 		c.Logger = watermill.NewSlogLogger(slog.Default())
 	}

@@ -7,17 +7,18 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/middleware"
 )
 
 // A Dispatch's sender stops waiting when its ctx ends: at its deadline,
-// which travels with the command (MetadataDeadline), or, in process, when
+// which travels with the command (metadata claimbus_deadline), or, in process, when
 // it is cancelled. A command whose handler has not started by then is not
 // applied (see Dispatch).
 
 // hookContext returns the context of the BeforeDispatch hooks of msg's
 // run, which the runner also checks before it starts the handler: the
-// bus's run context, ended at the deadline msg carries (MetadataDeadline)
+// bus's run context, ended at the deadline msg carries (metadata claimbus_deadline)
 // and, when sender is not nil, once sender ends. Nobody waits for an
 // outcome past either, so the handler is not started (see Dispatch); the
 // last hook of every run, senderGone, checks both again by the clock, so
@@ -27,7 +28,7 @@ import (
 func (b *Bus) hookContext(msg *message.Message, sender context.Context) (context.Context, func()) {
 	var deadline time.Time
 	ctx, stops := b.runCtx, []func(){}
-	if v := msg.Metadata.Get(MetadataDeadline); v != "" {
+	if v := msg.Metadata.Get(wire.MetadataDeadline); v != "" {
 		if d, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, d)

@@ -28,7 +28,7 @@ import (
 // id, matching ctx's error and middleware.ErrTimeout, and leaves nothing
 // pending: a late reply is dropped. A command whose handler has not started
 // by then never starts it: ctx's deadline travels with the command
-// (MetadataDeadline), the middleware's BeforeDispatch hooks get a context
+// (metadata claimbus_deadline), the middleware's BeforeDispatch hooks get a context
 // that ends at it (so a claim or lock wait ends with it), and the runner
 // skips the handler once it has passed; in process, ctx's cancellation
 // does the same. A handler that has started runs to its end, and its
@@ -59,7 +59,7 @@ func (b *Bus) dispatch(ctx context.Context, cmd any) (r reply, id, name string, 
 		return reply{}, id, name, timeoutError(ctx, id, name)
 	}
 	if d, ok := ctx.Deadline(); ok {
-		msg.Metadata.Set(MetadataDeadline, d.UTC().Format(time.RFC3339Nano))
+		msg.Metadata.Set(wire.MetadataDeadline, d.UTC().Format(time.RFC3339Nano))
 	}
 	ch, err := b.waiters.add(id)
 	if err != nil {
@@ -68,7 +68,7 @@ func (b *Bus) dispatch(ctx context.Context, cmd any) (r reply, id, name string, 
 	if b.local {
 		err = b.handleLocal(ctx, msg, name, ctx, id)
 	} else {
-		msg.Metadata.Set(MetadataReplyTo, b.replyTopic)
+		msg.Metadata.Set(wire.MetadataReplyTo, b.replyTopic)
 		err = b.publish(ctx, msg, name)
 	}
 	if err != nil {
@@ -206,7 +206,7 @@ func (b *Bus) receiveCommands(ch <-chan *message.Message) {
 // handleMessage handles a command from a subscription, replies, then acks.
 func (b *Bus) handleMessage(msg *message.Message) {
 	b.processThen(msg, nil, func(r reply, poison string) {
-		if replyTo := msg.Metadata.Get(MetadataReplyTo); replyTo != "" {
+		if replyTo := msg.Metadata.Get(wire.MetadataReplyTo); replyTo != "" {
 			b.sendReply(msg, replyTo, r)
 		} else {
 			b.dropped(msg, poison)

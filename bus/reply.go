@@ -13,29 +13,10 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// Metadata keys the bus reads and writes, besides middleware's ids and the
-// command name.
-const (
-	// MetadataReplyTo, on a command message, is the reply topic of the bus
-	// that waits for the outcome; a command from Send has none.
-	MetadataReplyTo = wire.MetadataReplyTo
-	// MetadataCommandID, on a reply message, is the UUID of the command it
-	// answers: the operation id its waiter is found by.
-	MetadataCommandID = wire.MetadataCommandID
-	// MetadataError, on a reply message, is the command's error in its
-	// wire form (a rejection as data, any other error as its message);
-	// absent on success. middleware.MetadataError is the same key, which
-	// its requestreply replies carry.
-	MetadataError = wire.MetadataError
-	// MetadataDeadline, on a command message from Dispatch whose ctx has a
-	// deadline, is that deadline (RFC 3339 with nanoseconds, UTC): the
-	// bus that handles the command does not start its handler after it
-	// (see Dispatch). Send sets none: nobody waits for its outcome.
-	MetadataDeadline = wire.MetadataDeadline
-	// MetadataPoisonReason, on a message sent to Config.PoisonTopic, says
-	// why it could not be handled (the key of Watermill's PoisonQueue).
-	MetadataPoisonReason = wire.MetadataPoisonReason
-)
+// MetadataPoisonReason is the metadata key that says, on a message sent to
+// Config.PoisonTopic, why it could not be handled (the key of Watermill's
+// PoisonQueue).
+const MetadataPoisonReason = wire.MetadataPoisonReason
 
 // reply is the outcome of one command: its result as JSON, or its error as
 // wire.MarshalError encoded it, or a local error (ErrClosed).
@@ -203,7 +184,7 @@ func (b *Bus) receiveReplies(ctx context.Context, ch <-chan *message.Message) {
 			if !ok {
 				return
 			}
-			id := msg.Metadata.Get(MetadataCommandID)
+			id := msg.Metadata.Get(wire.MetadataCommandID)
 			r := reply{result: msg.Payload, errb: wire.ReplyError(msg)}
 			if !b.waiters.deliver(id, r) {
 				b.logger.Debug("Dropping a reply nobody waits for", watermill.LogFields{"command_id": id})
@@ -225,7 +206,7 @@ func (b *Bus) sendReply(cmd *message.Message, replyTo string, r reply) {
 		return
 	}
 	msg := message.NewMessage(newUUID(), r.result)
-	msg.Metadata.Set(MetadataCommandID, cmd.UUID)
+	msg.Metadata.Set(wire.MetadataCommandID, cmd.UUID)
 	wire.SetReplyError(msg, r.errb)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
 	defer cancel()

@@ -62,9 +62,10 @@ type Outcome struct {
 	Fingerprint []byte
 	// Result is the command's result as JSON, when it succeeded.
 	Result []byte
-	// Err is the command's rejection in the wire form of bus replies
-	// (JSON {"rejection":{"code":...},"message":...}, see bus.MetadataError),
-	// when it was rejected; nil when it succeeded.
+	// Err is the command's rejection in the wire form of bus replies (JSON
+	// {"rejection":{"code":...},"message":...}, see
+	// middleware.MetadataError), when it was rejected; nil when it
+	// succeeded.
 	Err []byte
 }
 

@@ -19,10 +19,8 @@ type MemoryConfig struct {
 	Now func() time.Time
 }
 
-// Memory is a Store in the memory of one process: for tests, and for a
-// single process whose reservations need not survive it. It is safe for
-// concurrent use.
-type Memory struct {
+// memory is the Store of NewMemory.
+type memory struct {
 	now func() time.Time
 
 	mu           sync.Mutex
@@ -41,15 +39,15 @@ type memOutcome struct {
 	expires time.Time
 }
 
-var _ Store = (*Memory)(nil)
-
-// NewMemory returns an empty memory store.
-func NewMemory(cfg MemoryConfig) *Memory {
+// NewMemory returns an empty Store in the memory of one process: for
+// tests, and for a single process whose reservations need not survive it.
+// It is safe for concurrent use.
+func NewMemory(cfg MemoryConfig) Store {
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{
+	return &memory{
 		now:          now,
 		reservations: make(map[lockstore.Key]*memReservation),
 		outcomes:     make(map[lockstore.Key]*memOutcome),
@@ -57,7 +55,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 }
 
 // Reserve implements Reservations.
-func (m *Memory) Reserve(ctx context.Context, key lockstore.Key, owner string, maxLag time.Duration) (Reservation, bool, error) {
+func (m *memory) Reserve(ctx context.Context, key lockstore.Key, owner string, maxLag time.Duration) (Reservation, bool, error) {
 	if err := claimcheck.Reserve(ctx, key, owner, maxLag); err != nil {
 		return Reservation{}, false, err
 	}
@@ -79,7 +77,7 @@ func (m *Memory) Reserve(ctx context.Context, key lockstore.Key, owner string, m
 }
 
 // Confirm implements Reservations.
-func (m *Memory) Confirm(ctx context.Context, key lockstore.Key, owner string) error {
+func (m *memory) Confirm(ctx context.Context, key lockstore.Key, owner string) error {
 	if err := claimcheck.Owned(ctx, key, owner); err != nil {
 		return err
 	}
@@ -94,7 +92,7 @@ func (m *Memory) Confirm(ctx context.Context, key lockstore.Key, owner string) e
 }
 
 // Cancel implements Reservations.
-func (m *Memory) Cancel(ctx context.Context, key lockstore.Key, owner string) error {
+func (m *memory) Cancel(ctx context.Context, key lockstore.Key, owner string) error {
 	if err := claimcheck.Owned(ctx, key, owner); err != nil {
 		return err
 	}
@@ -107,7 +105,7 @@ func (m *Memory) Cancel(ctx context.Context, key lockstore.Key, owner string) er
 }
 
 // Drop implements Reservations.
-func (m *Memory) Drop(ctx context.Context, key lockstore.Key) error {
+func (m *memory) Drop(ctx context.Context, key lockstore.Key) error {
 	if err := claimcheck.Key(ctx, key); err != nil {
 		return err
 	}
@@ -118,7 +116,7 @@ func (m *Memory) Drop(ctx context.Context, key lockstore.Key) error {
 }
 
 // List implements Reservations.
-func (m *Memory) List(ctx context.Context, namespace, after string, limit int) ([]Reservation, error) {
+func (m *memory) List(ctx context.Context, namespace, after string, limit int) ([]Reservation, error) {
 	if err := claimcheck.List(ctx, namespace, limit); err != nil {
 		return nil, err
 	}
@@ -140,7 +138,7 @@ func (r *memReservation) reservation(key lockstore.Key, now time.Time) Reservati
 }
 
 // Outcome implements Outcomes.
-func (m *Memory) Outcome(ctx context.Context, key lockstore.Key) (Outcome, bool, error) {
+func (m *memory) Outcome(ctx context.Context, key lockstore.Key) (Outcome, bool, error) {
 	if err := claimcheck.Key(ctx, key); err != nil {
 		return Outcome{}, false, err
 	}
@@ -155,7 +153,7 @@ func (m *Memory) Outcome(ctx context.Context, key lockstore.Key) (Outcome, bool,
 }
 
 // SaveOutcome implements Outcomes.
-func (m *Memory) SaveOutcome(ctx context.Context, key lockstore.Key, o Outcome, retention time.Duration) error {
+func (m *memory) SaveOutcome(ctx context.Context, key lockstore.Key, o Outcome, retention time.Duration) error {
 	if err := claimcheck.Save(ctx, key, retention); err != nil {
 		return err
 	}
@@ -167,7 +165,7 @@ func (m *Memory) SaveOutcome(ctx context.Context, key lockstore.Key, o Outcome, 
 }
 
 // PurgeOutcomes implements Outcomes.
-func (m *Memory) PurgeOutcomes(ctx context.Context, limit int) (int, error) {
+func (m *memory) PurgeOutcomes(ctx context.Context, limit int) (int, error) {
 	if err := claimcheck.Purge(ctx, limit); err != nil {
 		return 0, err
 	}

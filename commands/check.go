@@ -11,14 +11,14 @@ import (
 // Limits on the fields of commands, in bytes of UTF-8 after trimming
 // surrounding white space (see the package documentation).
 const (
-	MaxIDLen     = 128
-	MaxEmailLen  = 254
-	MaxNameLen   = 200
-	MaxReasonLen = 500
-	MaxWordLen   = 64
-	// MaxIdempotencyKeyLen is the longest idempotency key: 1 to 128
+	maxIDLen     = 128
+	maxEmailLen  = 254
+	maxNameLen   = 200
+	maxReasonLen = 500
+	maxWordLen   = 64
+	// maxIdempotencyKeyLen is the longest idempotency key: 1 to 128
 	// bytes.
-	MaxIdempotencyKeyLen = 128
+	maxIdempotencyKeyLen = 128
 	// MaxAmount is the largest amount of one transfer, in minor units:
 	// 10^15, so that sums of many amounts stay far from overflowing int64.
 	MaxAmount int64 = 1_000_000_000_000_000
@@ -47,7 +47,7 @@ func checkText(field, s string, limit int, required bool) *FieldError {
 }
 
 // CheckID reports, as a *FieldError for field, a value that is not an id
-// as every command takes them: 1 to MaxIDLen bytes of UTF-8, without white
+// as every command takes them: 1 to 128 bytes of UTF-8, without white
 // space, control characters or "/" (an id is one segment of a URL path,
 // such as /wallets/{id}). The HTTP API checks the ids of set-up data and
 // of paths with it, so that they are held to the commands' rule.
@@ -59,7 +59,7 @@ func CheckID(field, id string) error {
 }
 
 func checkID(field, id string) *FieldError {
-	if err := checkText(field, id, MaxIDLen, true); err != nil {
+	if err := checkText(field, id, maxIDLen, true); err != nil {
 		return err
 	}
 	switch {
@@ -72,7 +72,7 @@ func checkID(field, id string) *FieldError {
 }
 
 // CheckWord reports, as a *FieldError for field, a value that is not a
-// word of the lobby game: 1 to MaxWordLen bytes of letters (surrounding
+// word of the lobby game: 1 to 64 bytes of letters (surrounding
 // white space is ignored).
 func CheckWord(field, word string) error {
 	if err := checkWord(field, word); err != nil {
@@ -82,7 +82,7 @@ func CheckWord(field, word string) error {
 }
 
 func checkWord(field, word string) *FieldError {
-	if err := checkText(field, word, MaxWordLen, true); err != nil {
+	if err := checkText(field, word, maxWordLen, true); err != nil {
 		return err
 	}
 	if strings.IndexFunc(strings.TrimSpace(word), func(r rune) bool { return !unicode.IsLetter(r) }) >= 0 {
@@ -93,7 +93,7 @@ func checkWord(field, word string) *FieldError {
 
 // CheckEmail reports, as a *FieldError for field, an email address that is
 // not one bare address (local@domain, as net/mail parses it, with no
-// display name, angle brackets or comments) of at most MaxEmailLen bytes.
+// display name, angle brackets or comments) of at most 254 bytes.
 // Surrounding white space is allowed and ignored.
 func CheckEmail(field, email string) error {
 	if err := checkEmail(field, email); err != nil {
@@ -107,8 +107,8 @@ func checkEmail(field, email string) *FieldError {
 	switch {
 	case s == "":
 		return fieldErr(field, "is required")
-	case len(s) > MaxEmailLen:
-		return fieldErr(field, "is %d bytes long, the limit is %d", len(s), MaxEmailLen)
+	case len(s) > maxEmailLen:
+		return fieldErr(field, "is %d bytes long, the limit is %d", len(s), maxEmailLen)
 	case !utf8.ValidString(s):
 		return fieldErr(field, "is not valid UTF-8")
 	}
@@ -140,7 +140,7 @@ func firstError(errs ...*FieldError) error {
 }
 
 // CheckIdempotencyKey reports, as a *FieldError for field, an idempotency
-// key that is set and is not 1 to MaxIdempotencyKeyLen bytes of printable
+// key that is set and is not 1 to 128 bytes of printable
 // ASCII without spaces (what an HTTP header carries safely, such as a
 // UUID). An empty key is none, and passes.
 func CheckIdempotencyKey(field, key string) error {
@@ -151,8 +151,8 @@ func CheckIdempotencyKey(field, key string) error {
 }
 
 func checkIdempotencyKey(field, key string) *FieldError {
-	if len(key) > MaxIdempotencyKeyLen {
-		return fieldErr(field, "is %d bytes long, the limit is %d", len(key), MaxIdempotencyKeyLen)
+	if len(key) > maxIdempotencyKeyLen {
+		return fieldErr(field, "is %d bytes long, the limit is %d", len(key), maxIdempotencyKeyLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] <= ' ' || key[i] > '~' {

@@ -34,8 +34,8 @@ var currencySet = func() map[string]bool {
 	return m
 }()
 
-// IsCurrency reports whether code is the ISO 4217 code of a currency in
+// isCurrency reports whether code is the ISO 4217 code of a currency in
 // use, such as "EUR" (upper case, exactly): the codes OpenTransfer and the
 // example's wallets accept. Fund codes, metals and withdrawn codes are
 // not (see the list in currency.go).
-func IsCurrency(code string) bool { return currencySet[code] }
+func isCurrency(code string) bool { return currencySet[code] }

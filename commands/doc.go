@@ -15,19 +15,19 @@
 // Sizes are in bytes of UTF-8 and apply after surrounding white space is
 // trimmed:
 //
-//   - ids (StaffID, TransferID, wallet and lobby ids): 1 to MaxIDLen, no
+//   - ids (StaffID, TransferID, wallet and lobby ids): 1 to 128, no
 //     white space, no control characters, no "/" (an id is one segment of
 //     a URL path);
-//   - Email: 3 to MaxEmailLen (RFC 5321's limit on a path), one address
+//   - Email: 3 to 254 (RFC 5321's limit on a path), one address
 //     as net/mail parses it, no display name, no angle brackets, no
 //     comments;
-//   - Name: 1 to MaxNameLen, no control characters;
+//   - Name: 1 to 200, no control characters;
 //   - Currency: the ISO 4217 alphabetic code of a currency in use, in
-//     upper case, such as EUR (IsCurrency; fund codes, metals and
+//     upper case, such as EUR (CheckCurrency; fund codes, metals and
 //     withdrawn codes are refused);
 //   - Amount: in minor units (cents), 1 to MaxAmount;
-//   - Reason (CancelTransfer): 0 to MaxReasonLen, no control characters;
-//   - Word (GuessWord): 1 to MaxWordLen, letters only.
+//   - Reason (CancelTransfer): 0 to 500, no control characters;
+//   - Word (GuessWord): 1 to 64, letters only.
 //
 // Every text field is valid UTF-8 without control characters (a NUL byte
 // included, which PostgreSQL cannot store). CheckID, CheckCurrency,

@@ -7,7 +7,7 @@ type GuessWord struct {
 }
 
 // Validate returns a *FieldError for the first invalid field: lobby_id
-// present, word of 1 to MaxWordLen bytes of letters.
+// present, word of 1 to 64 bytes of letters.
 func (c *GuessWord) Validate() error {
 	return firstError(checkID("lobby_id", c.LobbyID), checkWord("word", c.Word))
 }

@@ -21,7 +21,7 @@ func (c *CreateStaff) Validate() error {
 	return firstError(
 		checkID("staff_id", c.StaffID),
 		checkEmail("email", c.Email),
-		checkText("name", c.Name, MaxNameLen, true),
+		checkText("name", c.Name, maxNameLen, true),
 		checkIdempotencyKey("idempotency_key", c.IdempotencyKey),
 	)
 }

@@ -45,11 +45,11 @@ type CancelTransfer struct {
 }
 
 // Validate returns a *FieldError for the first invalid field: transfer_id
-// present, reason within MaxReasonLen.
+// present, reason of at most 500 bytes.
 func (c *CancelTransfer) Validate() error {
 	return firstError(
 		checkID("transfer_id", c.TransferID),
-		checkText("reason", c.Reason, MaxReasonLen, false),
+		checkText("reason", c.Reason, maxReasonLen, false),
 	)
 }
 
@@ -82,7 +82,7 @@ func checkCurrency(field, code string) *FieldError {
 			return fieldErr(field, "must be a three-letter ISO 4217 code in upper case, such as EUR")
 		}
 	}
-	if !IsCurrency(code) {
+	if !isCurrency(code) {
 		return fieldErr(field, "is not the ISO 4217 code of a currency")
 	}
 	return nil

@@ -52,7 +52,7 @@ type env struct {
 	locker lockstore.Locker
 	mem    *lockstore.Memory
 	clock  *lockstoretest.Clock
-	store  *claimstore.Memory
+	store  claimstore.Store
 	runs   atomic.Int64
 	// gate, when set, is called by the handler before it answers.
 	gate func(ctx context.Context, c *Pay) error

@@ -19,15 +19,15 @@ import (
 
 // Shard counts of a memory store.
 const (
-	// DefaultMemoryShards is the number of shards of a store whose
+	// defaultMemoryShards is the number of shards of a store whose
 	// MemoryConfig leaves Shards at 0.
-	DefaultMemoryShards = 64
-	// MaxMemoryShards is the largest number of shards a store accepts.
-	MaxMemoryShards = 1 << 16
+	defaultMemoryShards = 64
+	// maxMemoryShards is the largest number of shards a store accepts.
+	maxMemoryShards = 1 << 16
 )
 
 // MemoryConfig configures a memory store. The zero value is ready to use:
-// locks without leases, the system clock, DefaultMemoryShards shards.
+// locks without leases, the system clock, 64 shards.
 type MemoryConfig struct {
 	// TTL, when positive, makes every lock a lease: a lock that is neither
 	// released nor refreshed (see Refresher) within TTL of its grant or last
@@ -42,8 +42,8 @@ type MemoryConfig struct {
 	// Node names this process in Holder.Node. Default: "hostname/pid".
 	Node string
 	// Shards is the number of independent parts the key space is split
-	// into, each with its own mutex: a power of two up to MaxMemoryShards.
-	// Default: DefaultMemoryShards.
+	// into, each with its own mutex: a power of two up to 65536.
+	// Default: 64.
 	Shards int
 }
 
@@ -53,9 +53,9 @@ func (c MemoryConfig) Validate() error {
 	if c.TTL < 0 {
 		errs = append(errs, fmt.Errorf("lockstore: MemoryConfig.TTL is %s: it must be 0 (no lease) or positive", c.TTL))
 	}
-	if c.Shards < 0 || c.Shards > MaxMemoryShards || c.Shards&(c.Shards-1) != 0 {
+	if c.Shards < 0 || c.Shards > maxMemoryShards || c.Shards&(c.Shards-1) != 0 {
 		errs = append(errs, fmt.Errorf("lockstore: MemoryConfig.Shards is %d: it must be 0 (default %d) or a power of two up to %d",
-			c.Shards, DefaultMemoryShards, MaxMemoryShards))
+			c.Shards, defaultMemoryShards, maxMemoryShards))
 	}
 	return errors.Join(errs...)
 }
@@ -121,7 +121,6 @@ type memShard struct {
 
 var (
 	_ Store         = (*Memory)(nil)
-	_ KeyOrder      = (*Memory)(nil)
 	_ StatsReporter = (*Memory)(nil)
 )
 
@@ -130,7 +129,7 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := cmp.Or(cfg.Shards, DefaultMemoryShards)
+	n := cmp.Or(cfg.Shards, defaultMemoryShards)
 	m := &Memory{
 		ttl:       cfg.TTL,
 		clock:     cmp.Or(cfg.Clock, Clock(systemClock{})),
@@ -390,10 +389,6 @@ func (m *Memory) Stats() Stats {
 	}
 	return st
 }
-
-// CompareKeys orders keys for callers taking several (see SortKeys): the
-// memory store has no order of its own, so it is lockstore.CompareKeys.
-func (m *Memory) CompareKeys(a, b Key) int { return CompareKeys(a, b) }
 
 // grant grants key, of hash h and free, with a fresh token and lease, and
 // puts the lock in the table. The caller holds s.mu and has checked that

@@ -17,7 +17,7 @@ import (
 )
 
 // MetadataError is the metadata key of a reply's error in its wire form: the
-// same key as bus.MetadataError, so that bus replies and requestreply replies
+// key of bus replies too, so that bus replies and requestreply replies
 // encode a rejection alike. replyMarshaler also reads the key its replies
 // had before ("_claimbus_error"), so that replies of a node not yet
 // upgraded keep their rejections.

@@ -57,11 +57,11 @@ func TracerFromContext(ctx context.Context) Tracer {
 	return t
 }
 
-// NoEnd is the EndFunc of a step nobody traces: it does nothing.
-func NoEnd(error) {}
+// noEnd is the EndFunc of a step nobody traces: it does nothing.
+func noEnd(error) {}
 
 // StartStep begins step on the Tracer ctx carries. Without one it returns
-// ctx and NoEnd, allocating nothing; the lookup walks ctx's chain, so code
+// ctx and an EndFunc that does nothing, allocating nothing; the lookup walks ctx's chain, so code
 // that runs several steps for one command looks the tracer up once
 // (TracerFromContext) and calls StartStepOn.
 func StartStep(ctx context.Context, step, detail string) (context.Context, EndFunc) {
@@ -69,10 +69,10 @@ func StartStep(ctx context.Context, step, detail string) (context.Context, EndFu
 }
 
 // StartStepOn begins step on t. A nil t costs a nil check: it returns ctx
-// and NoEnd.
+// and an EndFunc that does nothing.
 func StartStepOn(ctx context.Context, t Tracer, step, detail string) (context.Context, EndFunc) {
 	if t == nil {
-		return ctx, NoEnd
+		return ctx, noEnd
 	}
 	return t.StartStep(ctx, step, detail)
 }

@@ -9,52 +9,52 @@ import (
 
 // Attribute keys of claimbus's spans and metrics.
 const (
-	AttrCommandName   = attribute.Key("claimbus.command.name")
-	AttrCommandID     = attribute.Key("claimbus.command.id")
-	AttrCorrelationID = attribute.Key("claimbus.correlation_id")
-	AttrCausationID   = attribute.Key("claimbus.causation_id")
-	// AttrOutcome is OutcomeOK, OutcomeRejected or OutcomeError.
-	AttrOutcome        = attribute.Key("claimbus.outcome")
-	AttrRejectionCode  = attribute.Key("claimbus.rejection.code")
-	AttrRejectionField = attribute.Key("claimbus.rejection.field")
-	AttrField          = attribute.Key("claimbus.field")
-	AttrKeyNamespace   = attribute.Key("claimbus.key.namespace")
-	AttrStore          = attribute.Key("claimbus.store")
-	AttrStepFailed     = attribute.Key("claimbus.step.failed")
+	attrCommandName   = attribute.Key("claimbus.command.name")
+	attrCommandID     = attribute.Key("claimbus.command.id")
+	attrCorrelationID = attribute.Key("claimbus.correlation_id")
+	attrCausationID   = attribute.Key("claimbus.causation_id")
+	// attrOutcome is outcomeOK, outcomeRejected or outcomeError.
+	attrOutcome        = attribute.Key("claimbus.outcome")
+	attrRejectionCode  = attribute.Key("claimbus.rejection.code")
+	attrRejectionField = attribute.Key("claimbus.rejection.field")
+	attrField          = attribute.Key("claimbus.field")
+	attrKeyNamespace   = attribute.Key("claimbus.key.namespace")
+	attrStore          = attribute.Key("claimbus.store")
+	attrStepFailed     = attribute.Key("claimbus.step.failed")
 )
 
-// Outcomes of a command (AttrOutcome).
+// Outcomes of a command (attrOutcome).
 const (
-	// OutcomeOK: the handler succeeded, or a hook halted the command as
+	// outcomeOK: the handler succeeded, or a hook halted the command as
 	// already done (a redelivery).
-	OutcomeOK = "ok"
-	// OutcomeRejected: the command was halted or failed with a
-	// *middleware.Rejection (AttrRejectionCode says which).
-	OutcomeRejected = "rejected"
-	// OutcomeError: any other failure (a handler error, a panic).
-	OutcomeError = "error"
+	outcomeOK = "ok"
+	// outcomeRejected: the command was halted or failed with a
+	// *middleware.Rejection (attrRejectionCode says which).
+	outcomeRejected = "rejected"
+	// outcomeError: any other failure (a handler error, a panic).
+	outcomeError = "error"
 )
 
 // Names of the instruments.
 const (
-	MetricCommands         = "claimbus.commands"
-	MetricRejections       = "claimbus.rejections"
-	MetricCommandDuration  = "claimbus.command.duration"
-	MetricClaimWait        = "claimbus.claim.wait.duration"
-	MetricClaimHold        = "claimbus.claim.hold.duration"
-	MetricLocksHeld        = "claimbus.locks.held"
-	MetricLocksWaiting     = "claimbus.locks.waiting"
-	MetricRoundTrips       = "claimbus.lockconn.round_trips"
-	MetricBatchedRequests  = "claimbus.lockconn.batched_requests"
-	MetricReconnects       = "claimbus.lockconn.reconnects"
-	MetricLocksLost        = "claimbus.locks.lost"
-	MetricCapacityRefusals = "claimbus.locks.capacity_refusals"
-	MetricClaimsHeld       = "claimbus.claims.held"
-	MetricClaimsWaiting    = "claimbus.claims.waiting"
+	metricCommands         = "claimbus.commands"
+	metricRejections       = "claimbus.rejections"
+	metricCommandDuration  = "claimbus.command.duration"
+	metricClaimWait        = "claimbus.claim.wait.duration"
+	metricClaimHold        = "claimbus.claim.hold.duration"
+	metricLocksHeld        = "claimbus.locks.held"
+	metricLocksWaiting     = "claimbus.locks.waiting"
+	metricRoundTrips       = "claimbus.lockconn.round_trips"
+	metricBatchedRequests  = "claimbus.lockconn.batched_requests"
+	metricReconnects       = "claimbus.lockconn.reconnects"
+	metricLocksLost        = "claimbus.locks.lost"
+	metricCapacityRefusals = "claimbus.locks.capacity_refusals"
+	metricClaimsHeld       = "claimbus.claims.held"
+	metricClaimsWaiting    = "claimbus.claims.waiting"
 
-	MetricReservationsPending   = "claimbus.reservations.pending"
-	MetricReservationsConfirmed = "claimbus.reservations.confirmed"
-	MetricReservationsCancelled = "claimbus.reservations.cancelled"
+	metricReservationsPending   = "claimbus.reservations.pending"
+	metricReservationsConfirmed = "claimbus.reservations.confirmed"
+	metricReservationsCancelled = "claimbus.reservations.cancelled"
 )
 
 // durationBuckets are the histogram bounds, in seconds: 100µs to 30s.
@@ -100,23 +100,23 @@ func (in *instruments) init(m metric.Meter) error {
 		keep(err)
 		return c
 	}
-	in.commands = counter(MetricCommands, "{command}", "Commands handled, by name and outcome.")
-	in.rejections = counter(MetricRejections, "{rejection}", "Commands rejected, by name, code and field.")
-	in.commandDuration = histogram(MetricCommandDuration, "Time from a command's first hook to its last, by name and outcome.")
-	in.claimWait = histogram(MetricClaimWait, "Wait for one claim, its lock and lookups included, by field.")
-	in.claimHold = histogram(MetricClaimHold, "Time a command held its claims, by command name.")
-	in.locksHeld = gauge(MetricLocksHeld, "{lock}", "Locks a store holds now.")
-	in.locksWaiting = gauge(MetricLocksWaiting, "{waiter}", "Lock calls waiting for a key now.")
-	in.roundTrips = total(MetricRoundTrips, "{round_trip}", "Statements sent by the lock connections.")
-	in.batched = total(MetricBatchedRequests, "{request}", "Lock and unlock requests carried by the lock connections' round trips.")
-	in.reconnects = total(MetricReconnects, "{reconnect}", "Lock connections connected again after they broke.")
-	in.locksLost = total(MetricLocksLost, "{lock}", "Locks that ended other than by their release.")
-	in.capacity = total(MetricCapacityRefusals, "{request}", "Lock requests refused for lack of capacity.")
-	in.claimsHeld = gauge(MetricClaimsHeld, "{claim}", "Claims of this process granted and not released.")
-	in.claimsWaiting = gauge(MetricClaimsWaiting, "{claim}", "Claimants of this process waiting for a key.")
-	in.resvPending = gauge(MetricReservationsPending, "{reservation}", "Reservations this process wrote and has not confirmed or cancelled yet.")
-	in.resvConfirmed = total(MetricReservationsConfirmed, "{reservation}", "Reservations this process confirmed (their commands succeeded).")
-	in.resvCancelled = total(MetricReservationsCancelled, "{reservation}", "Reservations this process cancelled (their commands failed).")
+	in.commands = counter(metricCommands, "{command}", "Commands handled, by name and outcome.")
+	in.rejections = counter(metricRejections, "{rejection}", "Commands rejected, by name, code and field.")
+	in.commandDuration = histogram(metricCommandDuration, "Time from a command's first hook to its last, by name and outcome.")
+	in.claimWait = histogram(metricClaimWait, "Wait for one claim, its lock and lookups included, by field.")
+	in.claimHold = histogram(metricClaimHold, "Time a command held its claims, by command name.")
+	in.locksHeld = gauge(metricLocksHeld, "{lock}", "Locks a store holds now.")
+	in.locksWaiting = gauge(metricLocksWaiting, "{waiter}", "Lock calls waiting for a key now.")
+	in.roundTrips = total(metricRoundTrips, "{round_trip}", "Statements sent by the lock connections.")
+	in.batched = total(metricBatchedRequests, "{request}", "Lock and unlock requests carried by the lock connections' round trips.")
+	in.reconnects = total(metricReconnects, "{reconnect}", "Lock connections connected again after they broke.")
+	in.locksLost = total(metricLocksLost, "{lock}", "Locks that ended other than by their release.")
+	in.capacity = total(metricCapacityRefusals, "{request}", "Lock requests refused for lack of capacity.")
+	in.claimsHeld = gauge(metricClaimsHeld, "{claim}", "Claims of this process granted and not released.")
+	in.claimsWaiting = gauge(metricClaimsWaiting, "{claim}", "Claimants of this process waiting for a key.")
+	in.resvPending = gauge(metricReservationsPending, "{reservation}", "Reservations this process wrote and has not confirmed or cancelled yet.")
+	in.resvConfirmed = total(metricReservationsConfirmed, "{reservation}", "Reservations this process confirmed (their commands succeeded).")
+	in.resvCancelled = total(metricReservationsCancelled, "{reservation}", "Reservations this process cancelled (their commands failed).")
 	return errors.Join(errs...)
 }
 

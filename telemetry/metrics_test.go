@@ -125,29 +125,29 @@ func TestMetrics(t *testing.T) {
 	}
 
 	m := collect(t, reader)
-	name := telemetry.AttrCommandName.String(bb.CommandName(&CreateUser{}))
-	require.EqualValues(t, created, sumOf(t, m[telemetry.MetricCommands], name, telemetry.AttrOutcome.String("ok")))
-	require.EqualValues(t, duplicates, sumOf(t, m[telemetry.MetricCommands], name, telemetry.AttrOutcome.String("rejected")))
-	require.EqualValues(t, failed, sumOf(t, m[telemetry.MetricCommands], name, telemetry.AttrOutcome.String("error")))
-	require.EqualValues(t, duplicates, sumOf(t, m[telemetry.MetricRejections],
-		telemetry.AttrRejectionCode.String(middleware.CodeAlreadyTaken), telemetry.AttrRejectionField.String("email")))
-	require.EqualValues(t, created+duplicates+failed, histCount(t, m[telemetry.MetricCommandDuration], name))
+	name := attrCommandName.String(bb.CommandName(&CreateUser{}))
+	require.EqualValues(t, created, sumOf(t, m[metricCommands], name, attrOutcome.String("ok")))
+	require.EqualValues(t, duplicates, sumOf(t, m[metricCommands], name, attrOutcome.String("rejected")))
+	require.EqualValues(t, failed, sumOf(t, m[metricCommands], name, attrOutcome.String("error")))
+	require.EqualValues(t, duplicates, sumOf(t, m[metricRejections],
+		attrRejectionCode.String(middleware.CodeAlreadyTaken), attrRejectionField.String("email")))
+	require.EqualValues(t, created+duplicates+failed, histCount(t, m[metricCommandDuration], name))
 	// A duplicate's wait ended in already_taken: an answer, not a failure.
-	require.EqualValues(t, created+failed+duplicates, histCount(t, m[telemetry.MetricClaimWait],
-		telemetry.AttrField.String("email"), telemetry.AttrStepFailed.Bool(false)))
-	require.Zero(t, histCount(t, m[telemetry.MetricClaimWait], telemetry.AttrStepFailed.Bool(true)))
-	require.EqualValues(t, created+failed, histCount(t, m[telemetry.MetricClaimHold], name))
-	mem := telemetry.AttrStore.String("memory")
-	require.EqualValues(t, 1, sumOf(t, m[telemetry.MetricLocksHeld], mem))
-	require.EqualValues(t, 1, sumOf(t, m[telemetry.MetricLocksWaiting], mem))
-	require.EqualValues(t, 0, sumOf(t, m[telemetry.MetricClaimsHeld], telemetry.AttrStore.String("users")))
+	require.EqualValues(t, created+failed+duplicates, histCount(t, m[metricClaimWait],
+		attrField.String("email"), attrStepFailed.Bool(false)))
+	require.Zero(t, histCount(t, m[metricClaimWait], attrStepFailed.Bool(true)))
+	require.EqualValues(t, created+failed, histCount(t, m[metricClaimHold], name))
+	mem := attrStore.String("memory")
+	require.EqualValues(t, 1, sumOf(t, m[metricLocksHeld], mem))
+	require.EqualValues(t, 1, sumOf(t, m[metricLocksWaiting], mem))
+	require.EqualValues(t, 0, sumOf(t, m[metricClaimsHeld], attrStore.String("users")))
 
 	cancelWait()
 	require.ErrorIs(t, <-waited, context.Canceled)
 	require.NoError(t, lk.Release(ctx))
 	m = collect(t, reader)
-	require.EqualValues(t, 0, sumOf(t, m[telemetry.MetricLocksHeld], mem))
-	require.EqualValues(t, 0, sumOf(t, m[telemetry.MetricLocksWaiting], mem))
+	require.EqualValues(t, 0, sumOf(t, m[metricLocksHeld], mem))
+	require.EqualValues(t, 0, sumOf(t, m[metricLocksWaiting], mem))
 }
 
 // statsSource reports fixed lockstore.Stats, each counter a distinct value.
@@ -170,15 +170,15 @@ func TestLockerStatsMetrics(t *testing.T) {
 	require.NoError(t, tel.ObserveLocker("pg", statsSource(stats)))
 
 	m := collect(t, reader)
-	pg := telemetry.AttrStore.String("pg")
+	pg := attrStore.String("pg")
 	for name, want := range map[string]int64{
-		telemetry.MetricLocksHeld:        stats.Held,
-		telemetry.MetricLocksWaiting:     stats.Waiting,
-		telemetry.MetricRoundTrips:       stats.RoundTrips,
-		telemetry.MetricBatchedRequests:  stats.BatchedRequests,
-		telemetry.MetricReconnects:       stats.Reconnects,
-		telemetry.MetricLocksLost:        stats.LocksLost,
-		telemetry.MetricCapacityRefusals: stats.CapacityRefusals,
+		metricLocksHeld:        stats.Held,
+		metricLocksWaiting:     stats.Waiting,
+		metricRoundTrips:       stats.RoundTrips,
+		metricBatchedRequests:  stats.BatchedRequests,
+		metricReconnects:       stats.Reconnects,
+		metricLocksLost:        stats.LocksLost,
+		metricCapacityRefusals: stats.CapacityRefusals,
 	} {
 		require.Contains(t, m, name)
 		require.Equal(t, want, sumOf(t, m[name], pg), name)

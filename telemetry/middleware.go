@@ -63,33 +63,33 @@ func (t *Telemetry) end(p *middleware.Pipeline) {
 	span := c.fallback
 	attrs := [7]attribute.KeyValue{
 		c.names.name,
-		AttrCommandID.String(p.CommandUUID),
-		AttrCorrelationID.String(p.CorrelationID),
+		attrCommandID.String(p.CommandUUID),
+		attrCorrelationID.String(p.CorrelationID),
 		{}, // outcome
 	}
 	n := 4
 	if p.CausationID != "" {
-		attrs[n] = AttrCausationID.String(p.CausationID)
+		attrs[n] = attrCausationID.String(p.CausationID)
 		n++
 	}
-	outcome := OutcomeOK
+	outcome := outcomeOK
 	err := p.Err()
 	switch rej := rejection(err); {
 	case err == nil:
 	case rej != nil:
-		outcome = OutcomeRejected
-		attrs[n], attrs[n+1] = AttrRejectionCode.String(rej.Code), AttrRejectionField.String(rej.Field)
+		outcome = outcomeRejected
+		attrs[n], attrs[n+1] = attrRejectionCode.String(rej.Code), attrRejectionField.String(rej.Field)
 		n += 2
 		t.inst.rejections.Add(c.ctx, 1, c.names.rejection(rej.Code, rej.Field)...)
 		if trouble(rej) {
 			span.SetStatus(codes.Error, err.Error())
 		}
 	default:
-		outcome = OutcomeError
+		outcome = outcomeError
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	attrs[3] = AttrOutcome.String(outcome)
+	attrs[3] = attrOutcome.String(outcome)
 	if span.IsRecording() {
 		span.SetAttributes(attrs[:n]...)
 	}
@@ -126,7 +126,7 @@ type stepTracer struct {
 }
 
 // StartStep starts the span of step; the holding of claims, which the
-// command's span covers, is measured only (MetricClaimHold).
+// command's span covers, is measured only (metricClaimHold).
 func (s *stepTracer) StartStep(ctx context.Context, step, detail string) (context.Context, observe.EndFunc) {
 	if step == observe.StepClaimHold {
 		start := time.Now()
@@ -147,10 +147,10 @@ func (s *stepTracer) StartStep(ctx context.Context, step, detail string) (contex
 		failed := err != nil && (rej == nil || trouble(rej))
 		switch {
 		case failed:
-			span.SetAttributes(AttrStepFailed.Bool(true))
+			span.SetAttributes(attrStepFailed.Bool(true))
 			span.SetStatus(codes.Error, err.Error())
 		case rej != nil:
-			span.SetAttributes(AttrRejectionCode.String(rej.Code))
+			span.SetAttributes(attrRejectionCode.String(rej.Code))
 		}
 		if step == observe.StepClaimWait {
 			s.t.inst.claimWait.Record(ctx, time.Since(start).Seconds(), o.wait[boolIndex(failed)]...)

@@ -41,10 +41,10 @@ func (t *Telemetry) namesOf(name string) *names {
 	if n, ok := t.names.Load(name); ok {
 		return n.(*names)
 	}
-	n := &names{span: "handle " + name, name: AttrCommandName.String(name), outcome: make(map[string]options, 3)}
+	n := &names{span: "handle " + name, name: attrCommandName.String(name), outcome: make(map[string]options, 3)}
 	n.hold = optionsOf(attribute.NewSet(n.name)).record
-	for _, o := range []string{OutcomeOK, OutcomeRejected, OutcomeError} {
-		n.outcome[o] = optionsOf(attribute.NewSet(n.name, AttrOutcome.String(o)))
+	for _, o := range []string{outcomeOK, outcomeRejected, outcomeError} {
+		n.outcome[o] = optionsOf(attribute.NewSet(n.name, attrOutcome.String(o)))
 	}
 	v, _ := t.names.LoadOrStore(name, n)
 	return v.(*names)
@@ -56,7 +56,7 @@ func (n *names) rejection(code, field string) []metric.AddOption {
 	if o, ok := n.rejections.Load(k); ok {
 		return o.([]metric.AddOption)
 	}
-	o := optionsOf(attribute.NewSet(n.name, AttrRejectionCode.String(code), AttrRejectionField.String(field))).add
+	o := optionsOf(attribute.NewSet(n.name, attrRejectionCode.String(code), attrRejectionField.String(field))).add
 	v, _ := n.rejections.LoadOrStore(k, o)
 	return v.([]metric.AddOption)
 }
@@ -77,13 +77,13 @@ func (t *Telemetry) stepOptionsOf(step, detail string) *stepOptions {
 	if o, ok := t.steps.Load(k); ok {
 		return o.(*stepOptions)
 	}
-	attr := AttrField.String(detail)
+	attr := attrField.String(detail)
 	if step == observe.StepLock || step == observe.StepSerialize {
-		attr = AttrKeyNamespace.String(detail)
+		attr = attrKeyNamespace.String(detail)
 	}
 	o := &stepOptions{start: []trace.SpanStartOption{trace.WithAttributes(attr)}}
 	for i, failed := range []bool{false, true} {
-		o.wait[i] = optionsOf(attribute.NewSet(attr, AttrStepFailed.Bool(failed))).record
+		o.wait[i] = optionsOf(attribute.NewSet(attr, attrStepFailed.Bool(failed))).record
 	}
 	v, _ := t.steps.LoadOrStore(k, o)
 	return v.(*stepOptions)

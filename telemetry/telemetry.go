@@ -18,8 +18,8 @@ import (
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
-// ScopeName is the instrumentation scope of claimbus's tracer and meter.
-const ScopeName = "github.com/claimbus/claimbus/telemetry"
+// scopeName is the instrumentation scope of claimbus's tracer and meter.
+const scopeName = "github.com/claimbus/claimbus/telemetry"
 
 // Config configures Telemetry. The zero Config uses OpenTelemetry's global
 // providers.
@@ -80,8 +80,8 @@ func New(cfg Config) (*Telemetry, error) {
 	if prop == nil {
 		prop = propagation.TraceContext{}
 	}
-	t := &Telemetry{tracer: tp.Tracer(ScopeName), propagator: prop}
-	meter := mp.Meter(ScopeName)
+	t := &Telemetry{tracer: tp.Tracer(scopeName), propagator: prop}
+	meter := mp.Meter(scopeName)
 	if err := t.inst.init(meter); err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (t *Telemetry) ObserveClaims(name string, c ClaimsReporter) error {
 }
 
 func storeAttr(name string) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(AttrStore.String(name)))
+	return metric.WithAttributeSet(attribute.NewSet(attrStore.String(name)))
 }
 
 // observe reads the registered stores for the observable instruments.

@@ -94,14 +94,14 @@ func TestTraceCrossesTransport(t *testing.T) {
 		require.Equal(t, trace.SpanKindConsumer, s.SpanKind())
 	}
 	ok, rejected := attrs(cmds[0]), attrs(cmds[1])
-	require.Equal(t, "ok", ok[telemetry.AttrOutcome].AsString())
-	require.Equal(t, busA.CommandName(&CreateUser{}), ok[telemetry.AttrCommandName].AsString())
-	require.NotEmpty(t, ok[telemetry.AttrCommandID].AsString())
-	require.NotEmpty(t, ok[telemetry.AttrCorrelationID].AsString())
+	require.Equal(t, "ok", ok[attrOutcome].AsString())
+	require.Equal(t, busA.CommandName(&CreateUser{}), ok[attrCommandName].AsString())
+	require.NotEmpty(t, ok[attrCommandID].AsString())
+	require.NotEmpty(t, ok[attrCorrelationID].AsString())
 	require.Equal(t, codes.Unset, cmds[0].Status().Code)
-	require.Equal(t, "rejected", rejected[telemetry.AttrOutcome].AsString())
-	require.Equal(t, middleware.CodeAlreadyTaken, rejected[telemetry.AttrRejectionCode].AsString())
-	require.Equal(t, "email", rejected[telemetry.AttrRejectionField].AsString())
+	require.Equal(t, "rejected", rejected[attrOutcome].AsString())
+	require.Equal(t, middleware.CodeAlreadyTaken, rejected[attrRejectionCode].AsString())
+	require.Equal(t, "email", rejected[attrRejectionField].AsString())
 
 	// The steps of the first command: its claim wait, with the lock and
 	// lookup inside.
@@ -113,7 +113,7 @@ func TestTraceCrossesTransport(t *testing.T) {
 		}
 	}
 	require.Len(t, waits, 1)
-	require.Equal(t, "email", attrs(waits[0])[telemetry.AttrField].AsString())
+	require.Equal(t, "email", attrs(waits[0])[attrField].AsString())
 	lock := spansNamed(b.rec, observe.StepLock)
 	lookup := spansNamed(b.rec, observe.StepLookup)
 	require.Len(t, lock, 2, "one lock per command")
@@ -133,8 +133,8 @@ func TestTraceCrossesTransport(t *testing.T) {
 	}
 	require.Len(t, waits, 1)
 	require.Equal(t, codes.Unset, waits[0].Status().Code, "already_taken is no span error")
-	require.Equal(t, middleware.CodeAlreadyTaken, attrs(waits[0])[telemetry.AttrRejectionCode].AsString())
-	require.False(t, attrs(waits[0])[telemetry.AttrStepFailed].AsBool())
+	require.Equal(t, middleware.CodeAlreadyTaken, attrs(waits[0])[attrRejectionCode].AsString())
+	require.False(t, attrs(waits[0])[attrStepFailed].AsBool())
 
 	// Node A made no command span: only the caller's.
 	require.Empty(t, spansNamed(a.rec, name))
@@ -174,9 +174,9 @@ func TestHandlerContextCarriesSpan(t *testing.T) {
 	require.False(t, outer[0].Parent().IsValid(), "the outer command starts the trace")
 	childOf(t, outer[0].SpanContext(), inner[0])
 	require.Equal(t, codes.Error, inner[0].Status().Code)
-	require.Equal(t, "error", attrs(inner[0])[telemetry.AttrOutcome].AsString())
+	require.Equal(t, "error", attrs(inner[0])[attrOutcome].AsString())
 	serial := spansNamed(n.rec, observe.StepSerialize)
 	require.Len(t, serial, 1, "a step in the handler's context is traced")
 	childOf(t, inner[0].SpanContext(), serial[0])
-	require.Equal(t, "ledger", attrs(serial[0])[telemetry.AttrKeyNamespace].AsString())
+	require.Equal(t, "ledger", attrs(serial[0])[attrKeyNamespace].AsString())
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/claimstore"
 	claimpg "github.com/claimbus/claimbus/claimstore/postgres"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/internal/pgtest"
@@ -143,7 +144,7 @@ func (e *pgEvents) eventsPerEmail(t *testing.T) (most, total int) {
 	return most, total
 }
 
-func (e *pgEvents) rule(store *claimpg.Store, maxLag time.Duration) uniqueness.Rule {
+func (e *pgEvents) rule(store claimstore.Store, maxLag time.Duration) uniqueness.Rule {
 	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail)}
 	if store != nil {
 		opts = append(opts, uniqueness.Reserve(store, maxLag))
@@ -163,7 +164,7 @@ func (e *pgEvents) handler(ctx context.Context, c *commands.CreateStaff) (string
 }
 
 // newReservations opens the PostgreSQL claim store on pool.
-func newReservations(t testing.TB, pool *pgxpool.Pool) *claimpg.Store {
+func newReservations(t testing.TB, pool *pgxpool.Pool) claimstore.Store {
 	t.Helper()
 	s, err := claimpg.New(context.Background(), pool, claimpg.Config{})
 	require.NoError(t, err)
@@ -175,7 +176,7 @@ func newReservations(t testing.TB, pool *pgxpool.Pool) *claimpg.Store {
 type pgNode struct {
 	pool         *pgxpool.Pool
 	locks        *postgres.Store
-	reservations *claimpg.Store
+	reservations claimstore.Store
 	mw           *uniqueness.Middleware
 	bus          *bus.Bus
 }
@@ -189,7 +190,7 @@ func newPGNodes(t *testing.T, dsn string, n int, events func(*pgxpool.Pool) *pgE
 		pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "node-" + string(rune('a'+i))})
 		nd := &pgNode{pool: pool, locks: newPGStore(t, pool)}
 		ev := events(pool)
-		var store *claimpg.Store
+		var store claimstore.Store
 		if reserve {
 			nd.reservations = newReservations(t, pool)
 			store = nd.reservations

@@ -139,10 +139,10 @@ func RequireRejection(t testing.TB, err error, code, field string) {
 }
 
 // resettableClaims is a claimstore.Store in memory that reset empties: it
-// hands every call to a claimstore.Memory, replaced by a new one at reset.
+// hands every call to a claimstore.NewMemory store, replaced by a new one at reset.
 type resettableClaims struct {
 	mu sync.RWMutex
-	m  *claimstore.Memory
+	m  claimstore.Store
 }
 
 var _ claimstore.Store = (*resettableClaims)(nil)
@@ -153,7 +153,7 @@ func (r *resettableClaims) reset() {
 	r.m = claimstore.NewMemory(claimstore.MemoryConfig{})
 }
 
-func (r *resettableClaims) store() *claimstore.Memory {
+func (r *resettableClaims) store() claimstore.Store {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.m

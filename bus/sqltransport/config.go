@@ -8,33 +8,35 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/claimbus/claimbus/bus"
 )
 
 // Defaults of Config.
 const (
-	// DefaultPollInterval is how often an idle subscription looks for
+	// defaultPollInterval is how often an idle subscription looks for
 	// messages when notifications are on: a backstop, since a notification
 	// wakes it as soon as a message commits.
-	DefaultPollInterval = time.Second
-	// DefaultPollIntervalNoNotify is the PollInterval of command
+	defaultPollInterval = time.Second
+	// defaultPollIntervalNoNotify is the PollInterval of command
 	// subscriptions when notifications are off.
-	DefaultPollIntervalNoNotify = 100 * time.Millisecond
-	// DefaultReplyPollIntervalNoNotify is the ReplyPollInterval when
+	defaultPollIntervalNoNotify = 100 * time.Millisecond
+	// defaultReplyPollIntervalNoNotify is the ReplyPollInterval when
 	// notifications are off: a reply should not wait on a slow poll.
-	DefaultReplyPollIntervalNoNotify = 10 * time.Millisecond
-	// DefaultAckDeadline is how long a message may stay unacked before the
+	defaultReplyPollIntervalNoNotify = 10 * time.Millisecond
+	// defaultAckDeadline is how long a message may stay unacked before the
 	// transport gives it to another consumer.
-	DefaultAckDeadline = 30 * time.Second
-	// DefaultRetryInterval is how long a subscription waits after a
+	defaultAckDeadline = 30 * time.Second
+	// defaultRetryInterval is how long a subscription waits after a
 	// database error.
-	DefaultRetryInterval = time.Second
-	// DefaultTablePrefix starts the name of every table of the transport.
-	DefaultTablePrefix = "claimbus_"
+	defaultRetryInterval = time.Second
+	// defaultTablePrefix starts the name of every table of the transport.
+	defaultTablePrefix = "claimbus_"
 )
 
-// NotifyChannel is the PostgreSQL channel the tables' insert trigger
+// notifyChannel is the PostgreSQL channel the tables' insert trigger
 // notifies, with the table's name as payload.
-const NotifyChannel = "claimbus_wake"
+const notifyChannel = "claimbus_wake"
 
 // validName is the rule for topics, which name tables: Watermill's SQL
 // rule without "$", which would end the dollar-quoted DDL.
@@ -55,27 +57,28 @@ type Config struct {
 	DisableNotify bool
 
 	// PollInterval is how long an idle command subscription waits before it
-	// looks for messages again. Default DefaultPollInterval, or
-	// DefaultPollIntervalNoNotify when DisableNotify is set.
+	// looks for messages again. Default 1s (a backstop: a
+	// notification wakes it as soon as a message commits), or 100ms when
+	// DisableNotify is set.
 	PollInterval time.Duration
 
 	// ReplyPollInterval is PollInterval for the reply subscription. Default
-	// PollInterval, or DefaultReplyPollIntervalNoNotify when DisableNotify
-	// is set.
+	// PollInterval, or 10ms when DisableNotify is set: a reply should not
+	// wait on a slow poll.
 	ReplyPollInterval time.Duration
 
 	// AckDeadline is how long a message may stay unacked before the
 	// transport rolls its delivery back and hands it to a consumer again.
 	// Longer than the slowest handler, or a command is handled twice.
-	// Default DefaultAckDeadline.
+	// Default 30s.
 	AckDeadline time.Duration
 
 	// RetryInterval is how long a subscription waits after a database
-	// error. Default DefaultRetryInterval.
+	// error. Default 1s.
 	RetryInterval time.Duration
 
 	// TablePrefix starts the name of every table, followed by the topic.
-	// Default DefaultTablePrefix. Letters, digits and _ only.
+	// Default "claimbus_". Letters, digits and _ only.
 	TablePrefix string
 
 	// Logger logs the transport's errors. Default watermill.NopLogger.
@@ -84,13 +87,13 @@ type Config struct {
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Validate reports every problem of the configuration.
-func (c Config) Validate() error {
+// validate reports every problem of the configuration.
+func (c Config) validate() error {
 	var errs []error
 	if c.NodeID == "" {
 		errs = append(errs, errors.New("sqltransport: NodeID is required"))
 	} else if !validName.MatchString(c.NodeID) {
-		errs = append(errs, fmt.Errorf("sqltransport: %w: NodeID %q", ErrInvalidTopic, c.NodeID))
+		errs = append(errs, fmt.Errorf("sqltransport: %w: NodeID %q", bus.ErrInvalidTopic, c.NodeID))
 	}
 	for _, d := range []struct {
 		name string
@@ -117,15 +120,15 @@ func (c Config) Validate() error {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.DisableNotify {
-		c.PollInterval = cmp.Or(c.PollInterval, DefaultPollIntervalNoNotify)
-		c.ReplyPollInterval = cmp.Or(c.ReplyPollInterval, DefaultReplyPollIntervalNoNotify)
+		c.PollInterval = cmp.Or(c.PollInterval, defaultPollIntervalNoNotify)
+		c.ReplyPollInterval = cmp.Or(c.ReplyPollInterval, defaultReplyPollIntervalNoNotify)
 	} else {
-		c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+		c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
 		c.ReplyPollInterval = cmp.Or(c.ReplyPollInterval, c.PollInterval)
 	}
-	c.AckDeadline = cmp.Or(c.AckDeadline, DefaultAckDeadline)
-	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
-	c.TablePrefix = cmp.Or(c.TablePrefix, DefaultTablePrefix)
+	c.AckDeadline = cmp.Or(c.AckDeadline, defaultAckDeadline)
+	c.RetryInterval = cmp.Or(c.RetryInterval, defaultRetryInterval)
+	c.TablePrefix = cmp.Or(c.TablePrefix, defaultTablePrefix)
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}

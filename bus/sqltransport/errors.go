@@ -11,17 +11,6 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// Errors of the transport, matched with errors.Is.
-var (
-	// ErrClosed is returned by Publish and Subscribe after Close. It is the
-	// same value as bus.ErrClosed: one meaning, one sentinel.
-	ErrClosed = bus.ErrClosed
-	// ErrInvalidTopic is returned for a topic or node id with characters
-	// other than letters, digits and - : . _ (topics name tables). It is the
-	// same value as bus.ErrInvalidTopic.
-	ErrInvalidTopic = bus.ErrInvalidTopic
-)
-
 // errUnavailable is the rejection of a Publish that failed because the
 // database could not be reached. Its message is for people: it names no
 // server, since a rejection crosses the wire.

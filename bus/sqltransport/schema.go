@@ -9,6 +9,8 @@ import (
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/claimbus/claimbus/bus"
 )
 
 // maxIdentifier is PostgreSQL's longest identifier, in bytes.
@@ -89,7 +91,7 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 		)`},
 		{Query: `CREATE OR REPLACE FUNCTION claimbus_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN
-				PERFORM pg_notify('` + NotifyChannel + `', TG_TABLE_NAME);
+				PERFORM pg_notify('` + notifyChannel + `', TG_TABLE_NAME);
 				RETURN NULL;
 			END $$`},
 		{Query: `DO $$ BEGIN
@@ -112,7 +114,7 @@ func (t *Transport) initTopic(ctx context.Context, topic string) error {
 		return nil
 	}
 	if !validName.MatchString(topic) {
-		return fmt.Errorf("sqltransport: %w: %q", ErrInvalidTopic, topic)
+		return fmt.Errorf("sqltransport: %w: %q", bus.ErrInvalidTopic, topic)
 	}
 	queries, err := t.schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
 	if err != nil {

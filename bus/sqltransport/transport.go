@@ -59,7 +59,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error
 	if pool == nil {
 		return nil, fmt.Errorf("sqltransport: nil pool")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -86,7 +86,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error
 		conn, err := t.connectListener(ctx)
 		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("sqltransport: LISTEN %s: %w", NotifyChannel, err)
+			return nil, fmt.Errorf("sqltransport: LISTEN %s: %w", notifyChannel, err)
 		}
 		t.wg.Add(1)
 		go t.listen(lctx, conn)
@@ -117,9 +117,6 @@ func (t *Transport) Subscriber() message.Subscriber { return t.commands }
 // until its deadline for a reply that a crashed server may have lost (see
 // bus.LossNotifier and docs/RELIABILITY.md).
 func (t *Transport) ReplySubscriber() message.Subscriber { return t.replies }
-
-// NodeID returns the node id of the transport.
-func (t *Transport) NodeID() string { return t.cfg.NodeID }
 
 // BusConfig returns cfg with the transport's publishers and subscribers
 // and its node id set, ready for bus.New.
@@ -181,7 +178,7 @@ type publisher struct {
 // names no server: the cause is wrapped beside it.
 func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.t.closed() {
-		return fmt.Errorf("sqltransport: publish: %w", ErrClosed)
+		return fmt.Errorf("sqltransport: publish: %w", bus.ErrClosed)
 	}
 	ctx := context.Background()
 	if len(msgs) > 0 {
@@ -226,7 +223,7 @@ type subscriber struct {
 // Subscribe creates topic's table if needed and returns its messages.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.t.closed() {
-		return nil, fmt.Errorf("sqltransport: subscribe: %w", ErrClosed)
+		return nil, fmt.Errorf("sqltransport: subscribe: %w", bus.ErrClosed)
 	}
 	if err := s.t.initTopic(ctx, topic); err != nil {
 		return nil, err
@@ -254,7 +251,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("sqltransport: subscribe: %w", ErrClosed)
+		return nil, fmt.Errorf("sqltransport: subscribe: %w", bus.ErrClosed)
 	}
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()

@@ -80,37 +80,6 @@ func TestSchemaInitConcurrent(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		cfg  sqltransport.Config
-		want []string
-	}{
-		{"valid", sqltransport.Config{NodeID: "node-1.eu:a_b"}, nil},
-		{"every problem", sqltransport.Config{
-			PollInterval: -1, ReplyPollInterval: -1, AckDeadline: -1, RetryInterval: -1,
-			TablePrefix: "bad-prefix",
-		}, []string{"NodeID is required", "PollInterval is negative", "ReplyPollInterval is negative",
-			"AckDeadline is negative", "RetryInterval is negative", "TablePrefix"}},
-		{"bad node id", sqltransport.Config{NodeID: "a$b c"}, []string{"invalid topic"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.cfg.Validate()
-			if tt.want == nil {
-				require.NoError(t, err)
-				return
-			}
-			for _, w := range tt.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
-	}
-	_, err := sqltransport.New(context.Background(), nil, sqltransport.Config{NodeID: "x"})
-	require.Error(t, err)
-}
-
 // The LISTEN connection dies with every other backend of the node; the
 // transport polls meanwhile, reconnects, and dispatches go on working.
 func TestListenerReconnects(t *testing.T) {
@@ -138,7 +107,7 @@ func TestListenerReconnects(t *testing.T) {
 	eventually(t, func() bool {
 		var n int
 		err := other.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = 'node-a' AND query = 'LISTEN `+sqltransport.NotifyChannel+`'`).Scan(&n)
+			WHERE datname = current_database() AND application_name = 'node-a' AND query = 'LISTEN claimbus_wake'`).Scan(&n)
 		return err == nil && n == 1
 	}, "node-a's LISTEN connection to be back")
 }
@@ -170,16 +139,16 @@ func TestClosedTransport(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tr.Close())
 	require.NoError(t, tr.Close(), "Close is idempotent")
-	require.ErrorIs(t, tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)), sqltransport.ErrClosed)
+	require.ErrorIs(t, tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)), bus.ErrClosed)
 	_, err = tr.Subscriber().Subscribe(context.Background(), "t")
-	require.ErrorIs(t, err, sqltransport.ErrClosed)
+	require.ErrorIs(t, err, bus.ErrClosed)
 	require.ErrorIs(t, err, bus.ErrClosed, "one meaning, one sentinel")
 	// An invalid topic is refused before any SQL.
 	tr2, err := sqltransport.New(context.Background(), pool, sqltransport.Config{NodeID: "m", DisableNotify: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tr2.Close()) })
 	err = tr2.Publisher().Publish(`bad"topic`, message.NewMessage(uuid.NewString(), nil))
-	require.ErrorIs(t, err, sqltransport.ErrInvalidTopic)
+	require.ErrorIs(t, err, bus.ErrInvalidTopic)
 	require.ErrorIs(t, err, bus.ErrInvalidTopic)
 }
 

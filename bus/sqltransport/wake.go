@@ -62,7 +62,7 @@ func (t *Transport) signal(table string) {
 	}
 }
 
-// listen keeps a connection that LISTENs on NotifyChannel and wakes the
+// listen keeps a connection that LISTENs on notifyChannel and wakes the
 // subscriptions of the tables it hears about, reconnecting after a
 // failure, until ctx ends. conn is the first connection, already
 // listening.
@@ -109,7 +109,7 @@ func (t *Transport) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		_ = conn.Close(context.Background())
 		return nil, err
 	}

@@ -10,17 +10,17 @@ import (
 
 // Defaults and bounds of Config.
 const (
-	// DefaultSchema is the default of Config.Schema: the schema
+	// defaultSchema is the default of Config.Schema: the schema
 	// lockstore/postgres uses too.
-	DefaultSchema = "claimbus"
-	// DefaultMaxBatch is the default of Config.MaxBatch.
-	DefaultMaxBatch = 256
-	// MaxBatchLimit bounds Config.MaxBatch.
-	MaxBatchLimit = 4096
-	// DefaultBatchLanes is the default of Config.BatchLanes.
-	DefaultBatchLanes = 1
-	// MaxBatchLanes bounds Config.BatchLanes.
-	MaxBatchLanes = 64
+	defaultSchema = "claimbus"
+	// defaultMaxBatch is the default of Config.MaxBatch.
+	defaultMaxBatch = 256
+	// maxBatchLimit bounds Config.MaxBatch.
+	maxBatchLimit = 4096
+	// defaultBatchLanes is the default of Config.BatchLanes.
+	defaultBatchLanes = 1
+	// maxBatchLanes bounds Config.BatchLanes.
+	maxBatchLanes = 64
 
 	// maxIdentifierLen is PostgreSQL's NAMEDATALEN - 1.
 	maxIdentifierLen = 63
@@ -56,25 +56,25 @@ type Config struct {
 	BatchLanes int
 }
 
-// Validate reports every problem of c at once, joined with errors.Join.
-func (c Config) Validate() error {
+// validate reports every problem of c at once, joined with errors.Join.
+func (c Config) validate() error {
 	var errs []error
 	if len(c.Schema) > maxIdentifierLen || !utf8.ValidString(c.Schema) || strings.IndexByte(c.Schema, 0) >= 0 {
 		errs = append(errs, fmt.Errorf("postgres: Config.Schema %.70q is not a valid identifier (at most %d bytes of UTF-8, no NUL)", c.Schema, maxIdentifierLen))
 	}
-	if c.MaxBatch < 0 || c.MaxBatch > MaxBatchLimit {
-		errs = append(errs, fmt.Errorf("postgres: Config.MaxBatch is %d, want 0 (default %d) to %d", c.MaxBatch, DefaultMaxBatch, MaxBatchLimit))
+	if c.MaxBatch < 0 || c.MaxBatch > maxBatchLimit {
+		errs = append(errs, fmt.Errorf("postgres: Config.MaxBatch is %d, want 0 (default %d) to %d", c.MaxBatch, defaultMaxBatch, maxBatchLimit))
 	}
-	if c.BatchLanes < 0 || c.BatchLanes > MaxBatchLanes {
-		errs = append(errs, fmt.Errorf("postgres: Config.BatchLanes is %d, want 0 (default %d) to %d", c.BatchLanes, DefaultBatchLanes, MaxBatchLanes))
+	if c.BatchLanes < 0 || c.BatchLanes > maxBatchLanes {
+		errs = append(errs, fmt.Errorf("postgres: Config.BatchLanes is %d, want 0 (default %d) to %d", c.BatchLanes, defaultBatchLanes, maxBatchLanes))
 	}
 	return errors.Join(errs...)
 }
 
 // withDefaults fills the zero fields of a valid c.
 func (c Config) withDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, DefaultSchema)
-	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
-	c.BatchLanes = cmp.Or(c.BatchLanes, DefaultBatchLanes)
+	c.Schema = cmp.Or(c.Schema, defaultSchema)
+	c.MaxBatch = cmp.Or(c.MaxBatch, defaultMaxBatch)
+	c.BatchLanes = cmp.Or(c.BatchLanes, defaultBatchLanes)
 	return c
 }

@@ -128,10 +128,10 @@ func TestMigrateNodesStartingTogether(t *testing.T) {
 	for _, l := range locks {
 		require.NoError(t, l.Close())
 	}
-	require.Equal(t, component.All(), appliedVersions(t, pools[0], postgres.DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pools[0], "claimbus"))
 	var lockVersions int64
 	require.NoError(t, pools[0].QueryRow(migrateCtx(t), "SELECT count(*) FROM "+
-		pgx.Identifier{postgres.DefaultSchema, lockpg.VersionTable}.Sanitize()+" WHERE version_id > 0").Scan(&lockVersions))
+		pgx.Identifier{"claimbus", lockpg.VersionTable}.Sanitize()+" WHERE version_id > 0").Scan(&lockVersions))
 	require.Equal(t, lockpg.SchemaVersion, lockVersions)
 }
 

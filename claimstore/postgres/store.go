@@ -18,10 +18,8 @@ const (
 	outcomeTable     = "claim_outcome"
 )
 
-// Store is a claimstore.Store on two tables of a PostgreSQL database, shared
-// by every node using it. It is safe for concurrent use. It starts no
-// goroutine and holds no connection between calls, so it needs no Close.
-type Store struct {
+// store is the claimstore.Store of New.
+type store struct {
 	pool *pgxpool.Pool
 	cfg  Config
 
@@ -37,20 +35,21 @@ type Store struct {
 	cancel  *batcher[ownedReq, struct{}]
 }
 
-var _ claimstore.Store = (*Store)(nil)
-
-// New returns a store on pool's database. It validates cfg and brings the
-// schema up to date (see Migrations: safe when many nodes start at once;
-// with Config.NoAutoMigrate it only checks the version); ctx bounds that.
-func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+// New returns a claimstore.Store on two tables of pool's database, shared
+// by every node using it. It validates cfg and brings the schema up to
+// date (see Migrations: safe when many nodes start at once; with
+// Config.NoAutoMigrate it only checks the version); ctx bounds that. The
+// store is safe for concurrent use. It starts no goroutine and holds no
+// connection between calls, so it needs no Close.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (claimstore.Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New: nil pool")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{
+	s := &store{
 		pool:         pool,
 		cfg:          cfg,
 		reservations: pgx.Identifier{cfg.Schema, reservationTable}.Sanitize(),
@@ -72,7 +71,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // fail wraps err, from a statement of op run under ctx: it matches
 // claimstore.ErrUnavailable when the database could not be reached or
 // dropped the session.
-func (s *Store) fail(ctx context.Context, op string, err error) error {
+func (s *store) fail(ctx context.Context, op string, err error) error {
 	if pgerr.IsConnectionError(ctx, err) {
 		return fmt.Errorf("postgres: %s: %w: %w", op, claimstore.ErrUnavailable, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/claimbus/claimbus/internal/pgtest"
 )
 
-func newStore(t testing.TB, dsn string, cfg postgres.Config) *postgres.Store {
+func newStore(t testing.TB, dsn string, cfg postgres.Config) claimstore.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -18,11 +18,6 @@ type Config struct {
 	NoAutoMigrate bool
 }
 
-// Validate reports every problem of c at once. Every Config is valid
-// today; it is here so that callers validate configs the same way for
-// every backend.
-func (c Config) Validate() error { return nil }
-
 func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now

@@ -14,10 +14,8 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 )
 
-// Store is a claimstore.Store on two tables of a SQLite database file. It
-// is safe for concurrent use; it starts no goroutine and needs no Close.
-// The Store does not own its *sql.DB.
-type Store struct {
+// store is the claimstore.Store of New.
+type store struct {
 	db  *sql.DB
 	now func() time.Time
 	// gate lets one write statement of the store run at a time: SQLite has
@@ -27,20 +25,17 @@ type Store struct {
 	gate chan struct{}
 }
 
-var _ claimstore.Store = (*Store)(nil)
-
-// New returns a store on db, a modernc.org/sqlite handle (see
-// lockstore/sqlite.DSN for a connection string that suits). It fails with
+// New returns a claimstore.Store on two tables of db, a modernc.org/sqlite
+// handle (see lockstore/sqlite.DSN for a connection string that suits).
+// The store is safe for concurrent use; it starts no goroutine and needs
+// no Close, and it does not own db. It fails with
 // an error matching ErrUnsuitableDB when db is another driver's or its
 // connections have no busy timeout. It brings the tables
 // claimbus_reservation and claimbus_outcome up to date (see Migrations), or
 // with Config.NoAutoMigrate only checks their version; ctx bounds that.
-func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
+func New(ctx context.Context, db *sql.DB, cfg Config) (claimstore.Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: New: nil *sql.DB")
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
 	}
 	if _, ok := db.Driver().(*sqlite.Driver); !ok {
 		return nil, fmt.Errorf("%w: the driver is %T, not modernc.org/sqlite's", ErrUnsuitableDB, db.Driver())
@@ -57,11 +52,11 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil
+	return &store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil
 }
 
 // write runs f, a write statement, alone among the store's writes.
-func (s *Store) write(ctx context.Context, f func() error) error {
+func (s *store) write(ctx context.Context, f func() error) error {
 	select {
 	case s.gate <- struct{}{}:
 	case <-ctx.Done():
@@ -72,7 +67,7 @@ func (s *Store) write(ctx context.Context, f func() error) error {
 }
 
 // nowNanos reads the store's clock.
-func (s *Store) nowNanos() int64 { return s.now().UnixNano() }
+func (s *store) nowNanos() int64 { return s.now().UnixNano() }
 
 // after returns t + d in nanoseconds, saturated at the end of time.
 func after(t int64, d time.Duration) int64 {

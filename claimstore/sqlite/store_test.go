@@ -33,7 +33,7 @@ func testDSN(t testing.TB) string {
 	return locksqlite.DSN(filepath.Join(t.TempDir(), "claims.db"), 5*time.Second) + "&_synchronous=NORMAL"
 }
 
-func newStore(t testing.TB, db *sql.DB, cfg sqlite.Config) *sqlite.Store {
+func newStore(t testing.TB, db *sql.DB, cfg sqlite.Config) claimstore.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

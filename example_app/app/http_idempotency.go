@@ -21,9 +21,9 @@ type staffBody struct {
 }
 
 // idempotencyHeader returns the request's Idempotency-Key, "" when it has
-// none. A key that is sent twice, or is not 1 to
-// commands.MaxIdempotencyKeyLen bytes of printable ASCII, is answered 400
-// bad_request naming the header, and idempotencyHeader returns false.
+// none. A key that is sent twice, or is not 1 to 128 bytes of printable
+// ASCII, is answered 400 bad_request naming the header, and
+// idempotencyHeader returns false.
 func idempotencyHeader(w http.ResponseWriter, r *http.Request) (string, bool) {
 	keys := r.Header.Values(IdempotencyKeyHeader)
 	switch {

@@ -65,7 +65,7 @@ func (s *staffTable) create(_ context.Context, c *CreateStaff) (Created, error) 
 // staff table.
 type shared struct {
 	locks   lockstore.Locker
-	claims  *claimstore.Memory
+	claims  claimstore.Store
 	replies *gochannel.GoChannel
 	tel     *telemetry.Telemetry
 	staff   *staffTable

@@ -42,7 +42,7 @@ func TestAdoption(t *testing.T) {
 			steps++
 		}
 		for _, a := range s.Attributes() {
-			if a.Key == telemetry.AttrOutcome {
+			if a.Key == "claimbus.outcome" {
 				outcomes[a.Value.AsString()]++
 			}
 		}

@@ -16,7 +16,8 @@ import (
 
 // The metadata keys of claimbus messages, each defined once here and
 // exported where users meet it (middleware.MetadataCorrelationID,
-// bus.MetadataReplyTo, ...), whose docs are their contract.
+// bus.MetadataPoisonReason, ...), whose docs are their contract; the bus's
+// own keys (reply-to, command id, deadline) are documented here.
 const (
 	// MetadataCorrelationID is middleware.MetadataCorrelationID: the key
 	// Watermill's CorrelationID middleware uses.
@@ -26,20 +27,25 @@ const (
 	// MetadataCommandName is middleware.MetadataCommandName: the key
 	// Watermill's cqrs marshalers use.
 	MetadataCommandName = "name"
-	// MetadataReplyTo is bus.MetadataReplyTo.
+	// MetadataReplyTo, on a command message, is the reply topic of the bus
+	// that waits for the outcome; a command from Send has none.
 	MetadataReplyTo = "claimbus_reply_to"
-	// MetadataCommandID is bus.MetadataCommandID.
+	// MetadataCommandID, on a reply message, is the UUID of the command it
+	// answers: the operation id its waiter is found by.
 	MetadataCommandID = "claimbus_command_id"
-	// MetadataDeadline is bus.MetadataDeadline.
+	// MetadataDeadline, on a command message from Dispatch whose ctx has a
+	// deadline, is that deadline (RFC 3339 with nanoseconds, UTC): the bus
+	// that handles the command does not start its handler after it (see
+	// bus.Bus.Dispatch). Send sets none: nobody waits for its outcome.
 	MetadataDeadline = "claimbus_deadline"
 	// MetadataPoisonReason is bus.MetadataPoisonReason: the key of
 	// Watermill's PoisonQueue.
 	MetadataPoisonReason = "reason_poisoned"
 	// MetadataError, on a reply message, is the command's error as
-	// MarshalError encodes it; absent on success. It is the bus's
-	// documented key (bus.MetadataError), which replies between the nodes
-	// of a bus carry; requestreply replies built by
-	// middleware.RequestReply carry it too (middleware.MetadataError).
+	// MarshalError encodes it; absent on success. It is the key
+	// replies between the nodes of a bus carry; requestreply replies built
+	// by middleware.RequestReply carry it too (middleware.MetadataError, its
+	// documented name).
 	MetadataError = "claimbus_error"
 )
 

@@ -28,7 +28,8 @@ type Config struct {
 	// that exists, that all of them may create files in, and that nothing
 	// cleans while a store runs. Point it elsewhere where /tmp is private
 	// to a service (systemd's PrivateTmp) or aged by a cleaner. Default:
-	// DefaultLockDir.
+	// "/tmp" (a fixed path rather than os.TempDir, since $TMPDIR can differ
+	// from one process to the next).
 	LockDir string
 
 	// NoAutoMigrate, when true, stops New from creating tables or applying
@@ -39,12 +40,11 @@ type Config struct {
 	NoAutoMigrate bool
 }
 
-// DefaultLockDir is the LockDir a zero Config uses: a fixed path rather
-// than os.TempDir, since $TMPDIR can differ from one process to the next.
-const DefaultLockDir = "/tmp"
+// defaultLockDir is the LockDir a zero Config uses.
+const defaultLockDir = "/tmp"
 
-// Validate reports every problem of the config at once.
-func (c Config) Validate() error {
+// validate reports every problem of the config at once.
+func (c Config) validate() error {
 	var errs []error
 	if err := c.Locks.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sqlite: Config.Locks: %w", err))
@@ -56,8 +56,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// DefaultBusyTimeout is the busy timeout DSN uses when given 0.
-const DefaultBusyTimeout = 5 * time.Second
+// defaultBusyTimeout is the busy timeout DSN uses when given 0.
+const defaultBusyTimeout = 5 * time.Second
 
 // LockFileSuffix is appended to the database file's path to name one of
 // the files a Store locks (flock) for as long as it is open; the other is
@@ -73,7 +73,7 @@ const LockFileSuffix = ".claimbus.lock"
 //     Serialize's wait for the lock obeys the busy timeout);
 //   - _busy_timeout: how long a statement waits for a lock another
 //     connection holds before it fails with SQLITE_BUSY (busyTimeout,
-//     rounded down to milliseconds; 0 means DefaultBusyTimeout);
+//     rounded down to milliseconds; 0 means 5s);
 //   - _journal_mode=WAL: readers do not block the writer, nor it them.
 //
 // Open it with database/sql; the package registers the driver as "sqlite":
@@ -81,7 +81,7 @@ const LockFileSuffix = ".claimbus.lock"
 //	db, err := sql.Open("sqlite", sqlite.DSN("app.db", 0))
 func DSN(path string, busyTimeout time.Duration) string {
 	if busyTimeout <= 0 {
-		busyTimeout = DefaultBusyTimeout
+		busyTimeout = defaultBusyTimeout
 	}
 	q := url.Values{}
 	q.Set("_txlock", "immediate")

@@ -223,7 +223,7 @@ func TestWithTx(t *testing.T) {
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback()
-	tctx, _ := sqlite.WithTx(ctx, tx)
+	tctx, _ := s.WithTx(ctx, tx)
 	_, err = sqlite.Serialize(tctx, s, key("w"), func(ctx context.Context, got *sql.Tx) (int, error) {
 		return increment(ctx, got, "w")
 	})

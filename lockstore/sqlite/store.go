@@ -31,7 +31,6 @@ import (
 type Store struct {
 	db    *sql.DB
 	mem   *lockstore.Memory
-	path  string // the database file
 	guard *fileGuard
 
 	// tokens hands out the fencing tokens of Serialize and Exclusive (see
@@ -53,10 +52,7 @@ type Store struct {
 	closeErr  error
 }
 
-var (
-	_ lockstore.Store    = (*Store)(nil)
-	_ lockstore.KeyOrder = (*Store)(nil)
-)
+var _ lockstore.Store = (*Store)(nil)
 
 // New returns a Store on db, a modernc.org/sqlite handle on a database file
 // (see DSN for a connection string that suits). It checks db at once and
@@ -74,7 +70,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: New: nil *sql.DB")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	drv, ok := db.Driver().(*sqlite.Driver)
@@ -88,7 +84,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: the main database is in memory or temporary: the store needs a database file", ErrUnsuitableDB)
 	}
-	guard, err := guardFile(path, cmp.Or(cfg.LockDir, DefaultLockDir))
+	guard, err := guardFile(path, cmp.Or(cfg.LockDir, defaultLockDir))
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +106,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		_ = guard.release()
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
-	return &Store{db: db, mem: mem, path: path, guard: guard, tokens: tokens, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, mem: mem, guard: guard, tokens: tokens, gate: make(chan struct{}, 1)}, nil
 }
 
 // checkTransactions makes sure db's connections wait for locks (a busy
@@ -170,9 +166,6 @@ func isBusy(err error) bool {
 // DB returns the handle the store was made with.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Path returns the database file the store locks.
-func (s *Store) Path() string { return s.path }
-
 // TryLock takes key now, or fails with lockstore.ErrLocked while it is held.
 func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
 	return s.mem.TryLock(ctx, key)
@@ -195,9 +188,6 @@ func (s *Store) Waiting(key lockstore.Key) int { return s.mem.Waiting(key) }
 // Reset ends every lock held now, as lockstore.Memory.Reset does. It is
 // meant for tests.
 func (s *Store) Reset(ctx context.Context) error { return s.mem.Reset(ctx) }
-
-// CompareKeys orders keys for callers taking several (lockstore.SortKeys).
-func (s *Store) CompareKeys(a, b lockstore.Key) int { return s.mem.CompareKeys(a, b) }
 
 // Close ends every lock (closing its Lost channel; its Release then
 // reports lockstore.ErrLockLost), fails every waiter with

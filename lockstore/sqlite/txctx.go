@@ -65,38 +65,6 @@ func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key, token 
 	return context.WithValue(ctx, exclusiveScopeKey{}, &exclusiveScope{store: s, key: key, token: token, parent: parent})
 }
 
-// WithTx returns a ctx that carries tx, a transaction the caller opened (on
-// the database of the stores it will be used with) and will end, and the
-// effects registered in it with lockstore.AfterCommit.
-//
-// Serialize and Exclusive called with the returned ctx, on any Store, run
-// fn on tx at once, in a savepoint, as nested calls do (see Serialize):
-// they skip the in-process lock (the caller already holds SQLite's write
-// lock, or will take it at its first write; waiting for a key then could
-// deadlock) and leave the commit to the caller.
-//
-// lockstore.AfterCommit inside the returned ctx registers into effects
-// instead of running at once. Call effects.Run after tx commits; on
-// rollback drop it.
-//
-//	tx, err := db.BeginTx(ctx, nil)
-//	if err != nil {
-//		return err
-//	}
-//	defer tx.Rollback()
-//	ctx, effects := sqlite.WithTx(ctx, tx)
-//	if _, err := sqlite.Serialize(ctx, store, key, work); err != nil {
-//		return err
-//	}
-//	if err := tx.Commit(); err != nil {
-//		return err
-//	}
-//	effects.Run()
-func WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
-	ctx, effects := lockstore.NewEffects(ctx)
-	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
-}
-
 // Store is the lockstore.TxLocker of SQLite: Serialize's transactions are
 // *sql.Tx, and Exclusive's fn gets a Querier.
 var _ lockstore.TxLocker[*sql.Tx, Querier] = (*Store)(nil)
@@ -115,8 +83,34 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 	return err
 }
 
-// WithTx is the package's WithTx: the method of lockstore.TxLocker. Any
-// Store joins tx, not only s.
+// WithTx returns a ctx that carries tx, a transaction the caller opened (on
+// the database of the stores it will be used with) and will end, and the
+// effects registered in it with lockstore.AfterCommit.
+//
+// Serialize and Exclusive called with the returned ctx, on any Store (not
+// only s), run fn on tx at once, in a savepoint, as nested calls do (see
+// Serialize): they skip the in-process lock (the caller already holds
+// SQLite's write lock, or will take it at its first write; waiting for a
+// key then could deadlock) and leave the commit to the caller.
+//
+// lockstore.AfterCommit inside the returned ctx registers into effects
+// instead of running at once. Call effects.Run after tx commits; on
+// rollback drop it.
+//
+//	tx, err := db.BeginTx(ctx, nil)
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback()
+//	ctx, effects := store.WithTx(ctx, tx)
+//	if _, err := sqlite.Serialize(ctx, store, key, work); err != nil {
+//		return err
+//	}
+//	if err := tx.Commit(); err != nil {
+//		return err
+//	}
+//	effects.Run()
 func (s *Store) WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
-	return WithTx(ctx, tx)
+	ctx, effects := lockstore.NewEffects(ctx)
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
 }
