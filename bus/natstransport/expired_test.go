@@ -56,5 +56,5 @@ func TestExpiredCommandTerminated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "node-b", got)
 	require.Equal(t, 2, in.delivered(b.tr, topic), "the expired command was not delivered again")
-	require.Equal(t, 1, in.delivered(a.tr, bus.DefaultReplyTopic("node-a")), "one reply to node-a: the second command's")
+	require.Equal(t, 1, in.delivered(a.tr, "reply.node-a"), "one reply to node-a: the second command's")
 }

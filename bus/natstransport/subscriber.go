@@ -12,7 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
-	"github.com/claimbus/claimbus/bus"
+	"github.com/claimbus/claimbus/internal/wire"
 )
 
 // handOver is the AckWaitTimeout given to watermill-nats. Its subscriber
@@ -198,10 +198,10 @@ func (sub *subscription) forward() {
 }
 
 // expired terminates nm and reports true when msg carries a sender's
-// deadline (bus.MetadataDeadline) that has passed: nobody waits for its
+// deadline (its claimbus_deadline metadata) that has passed: nobody waits for its
 // outcome, and the bus would not start its handler.
 func (sub *subscription) expired(msg *message.Message, nm *nats.Msg) bool {
-	d, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(bus.MetadataDeadline))
+	d, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(wire.MetadataDeadline))
 	if err != nil || time.Now().Before(d) {
 		return false
 	}

@@ -53,6 +53,6 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 // ensureSchema brings Config.Schema to SchemaVersion, or with
 // NoAutoMigrate checks that it is there. When it is (every New but the
 // first on a database), that is one read on the pool.
-func (s *store) ensureSchema(ctx context.Context) error {
+func (s *Store) ensureSchema(ctx context.Context) error {
 	return migrations.EnsurePostgres(ctx, s.pool, s.pool.Config().ConnConfig, s.cfg.Schema, s.cfg.NoAutoMigrate)
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Outcome implements claimstore.Outcomes.
-func (s *store) Outcome(ctx context.Context, key lockstore.Key) (claimstore.Outcome, bool, error) {
+func (s *Store) Outcome(ctx context.Context, key lockstore.Key) (claimstore.Outcome, bool, error) {
 	if err := claimcheck.Key(ctx, key); err != nil {
 		return claimstore.Outcome{}, false, err
 	}
@@ -31,7 +31,7 @@ func (s *store) Outcome(ctx context.Context, key lockstore.Key) (claimstore.Outc
 
 // SaveOutcome implements claimstore.Outcomes. The retention counts from
 // the server's clock, in whole microseconds (rounded up).
-func (s *store) SaveOutcome(ctx context.Context, key lockstore.Key, o claimstore.Outcome, retention time.Duration) error {
+func (s *Store) SaveOutcome(ctx context.Context, key lockstore.Key, o claimstore.Outcome, retention time.Duration) error {
 	if err := claimcheck.Save(ctx, key, retention); err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (s *store) SaveOutcome(ctx context.Context, key lockstore.Key, o claimstore
 
 // PurgeOutcomes implements claimstore.Outcomes. Outcomes another purge
 // is deleting at the same time are skipped, not waited for.
-func (s *store) PurgeOutcomes(ctx context.Context, limit int) (int, error) {
+func (s *Store) PurgeOutcomes(ctx context.Context, limit int) (int, error) {
 	if err := claimcheck.Purge(ctx, limit); err != nil {
 		return 0, err
 	}

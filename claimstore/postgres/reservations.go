@@ -44,7 +44,7 @@ type ownedReq struct {
 
 // Reserve implements claimstore.Reservations. Calls made while another
 // runs go to the server together, in one statement.
-func (s *store) Reserve(ctx context.Context, key lockstore.Key, owner string, maxLag time.Duration) (claimstore.Reservation, bool, error) {
+func (s *Store) Reserve(ctx context.Context, key lockstore.Key, owner string, maxLag time.Duration) (claimstore.Reservation, bool, error) {
 	if err := claimcheck.Reserve(ctx, key, owner, maxLag); err != nil {
 		return claimstore.Reservation{}, false, err
 	}
@@ -67,7 +67,7 @@ func (s *store) Reserve(ctx context.Context, key lockstore.Key, owner string, ma
 // every plan of it is good whatever the table's size, and it is prepared
 // (the pool's default mode) like the store's single statements: planning
 // it at each run cost the server more than running it.
-func (s *store) reserveSQL() string {
+func (s *Store) reserveSQL() string {
 	return `WITH req AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS r(namespace, id, owner, lag)
 	)
@@ -85,7 +85,7 @@ func (s *store) reserveSQL() string {
 // a statement of its own (whose snapshot, taken after the write ended,
 // shows every holder the write saw committed, unless it changed since).
 // It joins arrays to the table, so it goes unprepared (batchMode).
-func (s *store) holdersSQL() string {
+func (s *Store) holdersSQL() string {
 	return `SELECT r.ord, c.owner, c.confirmed, floor(extract(epoch FROM now() - c.at) * 1000000)::int8
 	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(namespace, id, ord)
 	LEFT JOIN ` + s.reservations + ` c ON c.namespace = r.namespace AND c.id = r.id`
@@ -96,7 +96,7 @@ func (s *store) holdersSQL() string {
 // their holders. It repeats for the requests whose holder the read did
 // not show holding (the row changed between the two statements) until
 // each is written or sees its holder.
-func (s *store) reserveBatch(ctx context.Context, reqs []reserveReq) ([]reserveRes, error) {
+func (s *Store) reserveBatch(ctx context.Context, reqs []reserveReq) ([]reserveRes, error) {
 	out := make([]reserveRes, len(reqs))
 	todo := make([]int, len(reqs)) // indexes into reqs still unanswered
 	for i := range todo {
@@ -130,7 +130,7 @@ func (s *store) reserveBatch(ctx context.Context, reqs []reserveReq) ([]reserveR
 }
 
 // reserveWrite runs reserveSQL and returns the keys it wrote.
-func (s *store) reserveWrite(ctx context.Context, ns, ids, owners []string, lags []int64) (map[lockstore.Key]writtenRow, error) {
+func (s *Store) reserveWrite(ctx context.Context, ns, ids, owners []string, lags []int64) (map[lockstore.Key]writtenRow, error) {
 	rows, err := s.pool.Query(ctx, s.reserveQ, ns, ids, owners, lags)
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ type writtenRow struct{ confirmed, own bool }
 // readHolders sets out[i], for each i of left, to the holder of reqs[i]'s
 // row, and returns the indexes whose row shows no holder that holds: they
 // are to be sent again.
-func (s *store) readHolders(ctx context.Context, reqs []reserveReq, left []int, out []reserveRes) (again []int, err error) {
+func (s *Store) readHolders(ctx context.Context, reqs []reserveReq, left []int, out []reserveRes) (again []int, err error) {
 	if len(left) == 0 {
 		return nil, nil
 	}
@@ -194,7 +194,7 @@ func (s *store) readHolders(ctx context.Context, reqs []reserveReq, left []int, 
 
 // Confirm implements claimstore.Reservations. Calls made while another
 // runs go to the server together, in one statement.
-func (s *store) Confirm(ctx context.Context, key lockstore.Key, owner string) error {
+func (s *Store) Confirm(ctx context.Context, key lockstore.Key, owner string) error {
 	if err := claimcheck.Owned(ctx, key, owner); err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func (s *store) Confirm(ctx context.Context, key lockstore.Key, owner string) er
 	return nil
 }
 
-func (s *store) confirmBatch(ctx context.Context, reqs []ownedReq) ([]bool, error) {
+func (s *Store) confirmBatch(ctx context.Context, reqs []ownedReq) ([]bool, error) {
 	ns, ids, owners := ownedArrays(reqs)
 	rows, err := s.pool.Query(ctx, `UPDATE `+s.reservations+` t SET confirmed = true, at = now()
 		FROM unnest($1::text[], $2::text[], $3::text[]) AS r(namespace, id, owner)
@@ -238,7 +238,7 @@ func (s *store) confirmBatch(ctx context.Context, reqs []ownedReq) ([]bool, erro
 
 // Cancel implements claimstore.Reservations. Calls made while another runs
 // go to the server together, in one statement.
-func (s *store) Cancel(ctx context.Context, key lockstore.Key, owner string) error {
+func (s *Store) Cancel(ctx context.Context, key lockstore.Key, owner string) error {
 	if err := claimcheck.Owned(ctx, key, owner); err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func (s *store) Cancel(ctx context.Context, key lockstore.Key, owner string) err
 	return nil
 }
 
-func (s *store) cancelBatch(ctx context.Context, reqs []ownedReq) ([]struct{}, error) {
+func (s *Store) cancelBatch(ctx context.Context, reqs []ownedReq) ([]struct{}, error) {
 	ns, ids, owners := ownedArrays(reqs)
 	_, err := s.pool.Exec(ctx, `DELETE FROM `+s.reservations+` t
 		USING unnest($1::text[], $2::text[], $3::text[]) AS r(namespace, id, owner)
@@ -273,7 +273,7 @@ func ownedArrays(reqs []ownedReq) (ns, ids, owners []string) {
 }
 
 // Drop implements claimstore.Reservations.
-func (s *store) Drop(ctx context.Context, key lockstore.Key) error {
+func (s *Store) Drop(ctx context.Context, key lockstore.Key) error {
 	if err := claimcheck.Key(ctx, key); err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func (s *store) Drop(ctx context.Context, key lockstore.Key) error {
 }
 
 // List implements claimstore.Reservations.
-func (s *store) List(ctx context.Context, namespace, after string, limit int) ([]claimstore.Reservation, error) {
+func (s *Store) List(ctx context.Context, namespace, after string, limit int) ([]claimstore.Reservation, error) {
 	if err := claimcheck.List(ctx, namespace, limit); err != nil {
 		return nil, err
 	}

@@ -18,8 +18,9 @@ const (
 	outcomeTable     = "claim_outcome"
 )
 
-// store is the claimstore.Store of New.
-type store struct {
+// Store is the claimstore.Store on PostgreSQL. Its Queue methods serve a
+// caller's own transaction (see tx.go).
+type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
 
@@ -35,13 +36,13 @@ type store struct {
 	cancel  *batcher[ownedReq, struct{}]
 }
 
-// New returns a claimstore.Store on two tables of pool's database, shared
+// New returns a Store on two tables of pool's database, shared
 // by every node using it. It validates cfg and brings the schema up to
 // date (see Migrations: safe when many nodes start at once; with
 // Config.NoAutoMigrate it only checks the version); ctx bounds that. The
 // store is safe for concurrent use. It starts no goroutine and holds no
 // connection between calls, so it needs no Close.
-func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (claimstore.Store, error) {
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New: nil pool")
 	}
@@ -49,7 +50,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (claimstore.Store,
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &store{
+	s := &Store{
 		pool:         pool,
 		cfg:          cfg,
 		reservations: pgx.Identifier{cfg.Schema, reservationTable}.Sanitize(),
@@ -71,7 +72,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (claimstore.Store,
 // fail wraps err, from a statement of op run under ctx: it matches
 // claimstore.ErrUnavailable when the database could not be reached or
 // dropped the session.
-func (s *store) fail(ctx context.Context, op string, err error) error {
+func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if pgerr.IsConnectionError(ctx, err) {
 		return fmt.Errorf("postgres: %s: %w: %w", op, claimstore.ErrUnavailable, err)
 	}
