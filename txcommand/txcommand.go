@@ -301,16 +301,19 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	}
 	for i := range r.checks {
 		c := &r.checks[i]
+		if c.rule.reserve {
+			m.claims.QueueLookup(&b, c.key, c.rule.lookup, &c.taken, &c.owner)
+			continue
+		}
 		b.Queue(c.rule.lookup, c.key.ID).Query(func(rows pgx.Rows) error {
 			c.taken = rows.Next()
 			rows.Close()
 			return rows.Err()
 		})
-		if c.rule.reserve {
-			m.claims.QueueReservation(&b, c.key, &c.owner)
-		}
 	}
-	b.Queue("savepoint " + savepoint)
+	if r.key != (lockstore.Key{}) {
+		b.Queue("savepoint " + savepoint)
+	}
 
 	sctx, end := observe.StartStep(p.Context(), observe.StepClaimWait, p.CommandName)
 	txn, tctx, err := postgres.Begin(sctx, m.locks, keys, m.timeout, &b)

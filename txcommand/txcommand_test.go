@@ -67,8 +67,13 @@ func newDB(t testing.TB) string {
 // (Locks and Claims filled in).
 func newNode(t testing.TB, dsn, name string, cfg txcommand.Config) *env {
 	t.Helper()
+	return newNodeOnPool(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: name}), cfg)
+}
+
+// newNodeOnPool returns a node on pool (see newNode).
+func newNodeOnPool(t testing.TB, pool *pgxpool.Pool, cfg txcommand.Config) *env {
+	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: name})
 	locks, err := postgres.New(ctx, pool, postgres.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locks.Close() })
@@ -363,30 +368,36 @@ func TestCommitFailureIsTheCommandsError(t *testing.T) {
 }
 
 // TestClaimTimeout: a command whose lock stays held past ClaimTimeout is
-// refused with timeout, apart from its own request's deadline.
+// refused with timeout, apart from its own request's deadline, whether it
+// waits for its node's turn or, behind another node, at the server.
 func TestClaimTimeout(t *testing.T) {
 	dsn := newDB(t)
 	cfg := fullConfig()
-	cfg.ClaimTimeout = 200 * time.Millisecond
-	e := newNode(t, dsn, "node-a", cfg)
+	cfg.ClaimTimeout = 300 * time.Millisecond
+	a, b := newNode(t, dsn, "node-a", cfg), newNode(t, dsn, "node-b", cfg)
 	ctx := context.Background()
-	holding, release := make(chan struct{}), make(chan struct{})
-	t.Cleanup(sync.OnceFunc(func() { close(release) }))
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.send(ctx, "holder", "t@x.org", func(ctx context.Context, p *middleware.Pipeline) (any, error) {
-			close(holding)
-			<-release
-			return register(ctx, p)
-		})
-		done <- err
-	}()
-	<-holding
-	_, err := e.send(ctx, "waiter", "t@x.org", register)
-	require.ErrorIs(t, err, middleware.ErrTimeout)
-	require.NotErrorIs(t, err, context.DeadlineExceeded, "the claim's wait, not the request's deadline")
-	release <- struct{}{}
-	require.NoError(t, <-done)
+	for _, waiter := range []*env{a, b} {
+		holding, release := make(chan struct{}), make(chan struct{})
+		t.Cleanup(sync.OnceFunc(func() { close(release) }))
+		done := make(chan error, 1)
+		email := uuid.NewString() + "@x.org"
+		go func() {
+			_, err := a.send(ctx, uuid.NewString(), email, func(ctx context.Context, p *middleware.Pipeline) (any, error) {
+				close(holding)
+				<-release
+				return register(ctx, p)
+			})
+			done <- err
+		}()
+		<-holding
+		start := time.Now()
+		_, err := waiter.send(ctx, uuid.NewString(), email, register)
+		require.ErrorIs(t, err, middleware.ErrTimeout)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "the claim's wait, not the request's deadline")
+		require.Less(t, time.Since(start), 5*time.Second, "the server's lock_timeout ended the wait")
+		release <- struct{}{}
+		require.NoError(t, <-done)
+	}
 }
 
 // TestNestedSerializeAndAfterCommit: the handler's ctx carries the

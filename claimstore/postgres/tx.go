@@ -41,16 +41,20 @@ func (s *Store) QueueSaveOutcome(b *pgx.Batch, key lockstore.Key, o claimstore.O
 		key.Namespace, key.ID, o.Fingerprint, o.Result, o.Err, claimcheck.Micros(retention))
 }
 
-// QueueReservation queues the read of the owner of key's reservation into
-// owner, left empty when the value has none.
-func (s *Store) QueueReservation(b *pgx.Batch, key lockstore.Key, owner *string) {
-	b.Queue(`SELECT owner FROM `+s.reservations+` WHERE namespace = $1 AND id = $2`,
-		key.Namespace, key.ID).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(owner)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+// QueueLookup queues, as one statement, lookup (SQL given key.ID as $1,
+// returning a row when the value is taken) into taken and the read of the
+// owner of key's reservation into owner, left empty when it has none.
+func (s *Store) QueueLookup(b *pgx.Batch, key lockstore.Key, lookup string, taken *bool, owner *string) {
+	b.Queue(`SELECT EXISTS (`+lookup+`), (SELECT owner FROM `+s.reservations+` WHERE namespace = $2 AND id = $1)`,
+		key.ID, key.Namespace).QueryRow(func(row pgx.Row) error {
+		var o *string
+		if err := row.Scan(taken, &o); err != nil {
+			return err
 		}
-		return err
+		if o != nil {
+			*owner = *o
+		}
+		return nil
 	})
 }
 

@@ -122,14 +122,13 @@ func (t *Txn) begin(wait time.Duration, first *pgx.Batch) error {
 	}
 	timeout, _ := lockTimeout(wctx)
 	stmt := strconv.FormatInt(max(t.s.cfg.StatementTimeout.Milliseconds(), 1), 10)
+	ns, ids := make([]int32, len(t.ids)), make([]int32, len(t.ids))
+	for i, id := range t.ids {
+		ns[i], ids[i] = id.Namespace, id.ID
+	}
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(setStatementTimeoutSQL, stmt)
-	b.Queue(setIdleTimeoutSQL, stmt, strconv.FormatInt(timeout, 10))
-	for _, id := range t.ids {
-		b.Queue(xactLockSQL, id.Namespace, id.ID)
-	}
-	b.Queue(restoreLockTimeoutSQL)
+	b.Queue(txnLockSQL, stmt, strconv.FormatInt(timeout, 10), ns, ids)
 	if first != nil {
 		b.QueuedQueries = append(b.QueuedQueries, first.QueuedQueries...)
 	}
@@ -156,15 +155,17 @@ func (t *Txn) begin(wait time.Duration, first *pgx.Batch) error {
 	return nil
 }
 
-// The statements of Begin's round trip beside Serialize's: the idle
-// timeout and the lock_timeout of the lock waits, saved and set in one
-// statement, and the transaction's lock_timeout restored once the locks
-// are granted.
-const (
-	setIdleTimeoutSQL = "select set_config('idle_in_transaction_session_timeout', $1, true), " +
-		"set_config('claimbus.saved_lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $2, true)"
-	restoreLockTimeoutSQL = "select set_config('lock_timeout', current_setting('claimbus.saved_lock_timeout'), true)"
-)
+// txnLockSQL is Begin's statement after BEGIN, its expressions evaluated
+// in order: it sets the transaction's statement_timeout ($1 ms, unless one
+// is in force) and idle_in_transaction_session_timeout ($1 ms), saves the
+// lock_timeout in force and sets the lock waits' ($2 ms), takes the xact
+// locks of the ids ($3 namespaces, $4 ids) one after the other in the
+// arrays' order, then restores the saved lock_timeout.
+const txnLockSQL = "select set_config('statement_timeout', case current_setting('statement_timeout') when '0' then $1 else current_setting('statement_timeout') end, true), " +
+	"set_config('idle_in_transaction_session_timeout', $1, true), " +
+	"set_config('claimbus.saved_lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $2, true), " +
+	"(select count(pg_advisory_xact_lock(k.ns, k.id)) from unnest($3::int4[], $4::int4[]) as k(ns, id)), " +
+	"set_config('lock_timeout', current_setting('claimbus.saved_lock_timeout'), true)"
 
 // Tx is the transaction.
 func (t *Txn) Tx() pgx.Tx { return t.tx }
