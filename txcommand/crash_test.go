@@ -103,6 +103,9 @@ func crashChild() int {
 		return 1
 	}
 	step := os.Getenv(childStep)
+	if step == "storm" {
+		return stormChild(ctx, m)
+	}
 	h, outer := stopAt(step, func() {
 		fmt.Println("at", step)
 		select {} // until killed

@@ -67,14 +67,17 @@ func newDB(t testing.TB) string {
 // (Locks and Claims filled in).
 func newNode(t testing.TB, dsn, name string, cfg txcommand.Config) *env {
 	t.Helper()
-	return newNodeOnPool(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: name}), cfg)
+	return newNodeWith(t, dsn, name, cfg, 0)
 }
 
-// newNodeOnPool returns a node on pool (see newNode).
-func newNodeOnPool(t testing.TB, pool *pgxpool.Pool, cfg txcommand.Config) *env {
+// newNodeWith is newNode with the lock store's StatementTimeout (0: its
+// default), which bounds how long the server keeps a silent node's
+// transaction.
+func newNodeWith(t testing.TB, dsn, name string, cfg txcommand.Config, statementTimeout time.Duration) *env {
 	t.Helper()
 	ctx := context.Background()
-	locks, err := postgres.New(ctx, pool, postgres.Config{})
+	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: name})
+	locks, err := postgres.New(ctx, pool, postgres.Config{StatementTimeout: statementTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locks.Close() })
 	claims, err := cspostgres.New(ctx, pool, cspostgres.Config{})
