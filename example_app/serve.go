@@ -208,7 +208,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"`model` of the staff: table (CreateStaff inserts the member; the claims read that table) or events (CreateStaff appends a StaffRegistered event; a projection fills the read model that the claims and GET /staff read, -projection-lag later)")
 	fs.DurationVar(&f.projectionLag, "projection-lag", 0, "with -staff-model events: how long after a sign-up the projection applies it to the read model")
 	fs.BoolVar(&f.reservations, "reservations", true, "with -staff-model events: reserve each email until the read model shows it (false lets duplicates through while the read model lags; the backstop counts them)")
-	fs.DurationVar(&f.maxLag, "max-lag", app.DefaultMaxLag, "with -staff-model events: how long a reservation whose node died keeps its email taken; well above -projection-lag")
+	fs.DurationVar(&f.maxLag, "max-lag", app.DefaultMaxLag, "with -staff-model events on SQLite: how long a reservation whose node died keeps its email taken; well above -projection-lag (on PostgreSQL the reservations commit with the events)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
 	// The fault tests' flag is parsed like the others, and left out of the
 	// help: it is not for people.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/postgres"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -54,6 +55,15 @@ func (n *Node) dbError(ctx context.Context, err error) error {
 
 // db runs statements outside any transaction.
 func (n *Node) db() querier { return checkedQuerier{n: n, q: n.backend.db()} }
+
+// q runs statements in the command's transaction when ctx carries one
+// (txcommand's, on PostgreSQL), and as db does otherwise.
+func (n *Node) q(ctx context.Context) querier {
+	if tx, ok := postgres.TxFrom(ctx); ok {
+		return checkedQuerier{n: n, q: pgQuerier{tx}}
+	}
+	return n.db()
+}
 
 // tx runs fn in a transaction (see Backend.tx).
 func (n *Node) tx(ctx context.Context, fn txFunc) error {

@@ -12,11 +12,13 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/claimstore"
+	claimpg "github.com/claimbus/claimbus/claimstore/postgres"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/idempotency"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/telemetry"
+	"github.com/claimbus/claimbus/txcommand"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
@@ -106,9 +108,10 @@ type Config struct {
 	// backstop counts them). For the demo.
 	DisableReservations bool
 	// MaxLag is how long a reservation whose owner is gone keeps its email
-	// taken while the read model does not show it (uniqueness.Reserve). It
-	// must be above ProjectionLag plus a sign-up's run. Default
-	// DefaultMaxLag.
+	// taken while the read model does not show it (uniqueness.Reserve), on
+	// SQLite. It must be above ProjectionLag plus a sign-up's run. On
+	// PostgreSQL the reservations commit with the events and none is ever
+	// in doubt: MaxLag does not apply. Default DefaultMaxLag.
 	MaxLag time.Duration
 	// SweepInterval is how often the node sweeps the reservations
 	// ((*uniqueness.Middleware).RunSweeper), in the events model with
@@ -143,6 +146,9 @@ const (
 
 // staffModel is the staff model of c.
 func (c Config) staffModel() StaffModel { return cmp.Or(c.StaffModel, StaffTable) }
+
+// onPostgres reports whether c's backend is PostgreSQL.
+func (c Config) onPostgres() bool { return c.Backend != nil && c.Backend.Name() == "postgres" }
 
 // maxLag is the MaxLag of c.
 func (c Config) maxLag() time.Duration { return cmp.Or(c.MaxLag, DefaultMaxLag) }
@@ -193,7 +199,9 @@ func (c Config) validateModel() []error {
 			errs = append(errs, fmt.Errorf("app: Config.%s is negative (%v)", d.name, d.v))
 		}
 	}
-	if c.reserves() && c.ProjectionLag >= 0 && c.maxLag() <= c.ProjectionLag {
+	// On PostgreSQL the reservations commit with the events (txcommand):
+	// none is ever in doubt, so MaxLag does not apply there.
+	if c.reserves() && !c.onPostgres() && c.ProjectionLag >= 0 && c.maxLag() <= c.ProjectionLag {
 		errs = append(errs, fmt.Errorf("app: Config.MaxLag (%v) is not above the projection lag (%v): a reservation would expire before the read model shows its email, and let a duplicate through",
 			c.maxLag(), c.ProjectionLag))
 	}
@@ -214,6 +222,13 @@ type Node struct {
 	model          StaffModel
 	claims         claimstore.Store
 	unique         *uniqueness.Middleware
+	// txMode is the events model's transactional middleware on
+	// PostgreSQL, nil otherwise; sweeper sweeps the email reservations.
+	txMode  *txcommand.Middleware
+	sweeper interface {
+		Sweep(ctx context.Context) (uniqueness.SweepResult, error)
+		RunSweeper(ctx context.Context, interval time.Duration) error
+	}
 	// projection is the events model's projection, nil in the table model.
 	projection *projection
 	// stop ends the node's background goroutines (the sweeper, the
@@ -284,6 +299,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The events model on PostgreSQL runs CreateStaff in one transaction
+	// (txcommand): the event, the email's reservation and the
+	// Idempotency-Key's outcome commit together. Elsewhere the claims are
+	// session locks beside the handler's writes.
+	claiming := []middleware.Middleware{
+		idem, // before the claims: a repeat is answered without claiming
+		unique,
+	}
+	n.sweeper = unique
+	if n.txMode, err = n.txCommand(cfg); err != nil {
+		return nil, err
+	} else if n.txMode != nil {
+		claiming, n.sweeper = []middleware.Middleware{n.txMode}, n.txMode
+	}
 	locks, err := middleware.Lock(middleware.LockConfig{
 		Locker: n.backend.Locker(),
 		Keys:   transferKeys,
@@ -304,10 +333,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
 		middleware.Hooks{OnAfterFailure: n.logTrouble},
 		middleware.Validate(),
-		idem, // before the claims: a repeat is answered without claiming
-		unique,
-		locks,
 	}...)
+	bcfg.Middleware = append(bcfg.Middleware, claiming...)
+	bcfg.Middleware = append(bcfg.Middleware, locks)
 	bcfg.Middleware = append(bcfg.Middleware, cfg.Middleware...)
 	// The Logging middleware above logs every outcome to the node's logger
 	// already (rejections at Debug, failures at Error).
@@ -352,7 +380,7 @@ func (n *Node) startBackground(cfg Config, idem *idempotency.Middleware) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = n.unique.RunSweeper(ctx, cmp.Or(cfg.SweepInterval, DefaultSweepInterval)) // nil once ctx ends
+			_ = n.sweeper.RunSweeper(ctx, cmp.Or(cfg.SweepInterval, DefaultSweepInterval)) // nil once ctx ends
 		}()
 	}
 	wg.Add(1)
@@ -402,7 +430,32 @@ func (n *Node) Claims() claimstore.Store { return n.claims }
 // Sweep sweeps the reservations of the email claims once (see
 // (*uniqueness.Middleware).Sweep); the node also does on its own, every
 // Config.SweepInterval.
-func (n *Node) Sweep(ctx context.Context) (uniqueness.SweepResult, error) { return n.unique.Sweep(ctx) }
+func (n *Node) Sweep(ctx context.Context) (uniqueness.SweepResult, error) {
+	return n.sweeper.Sweep(ctx)
+}
+
+// txCommand returns the transactional middleware of the events model on
+// PostgreSQL, and nil for the other models and backends.
+func (n *Node) txCommand(cfg Config) (*txcommand.Middleware, error) {
+	pg, ok := n.backend.(pgBackend)
+	claims, isPG := n.claims.(*claimpg.Store)
+	if n.model != StaffEvents || !ok || !isPG {
+		return nil, nil
+	}
+	opts := []txcommand.RuleOption{txcommand.Normalize(uniqueness.NormalizeEmail)}
+	if cfg.reserves() {
+		opts = append(opts, txcommand.Reserve())
+	}
+	return txcommand.New(txcommand.Config{
+		Locks:  pg.store,
+		Claims: claims,
+		Rules: []txcommand.Rule{txcommand.Unique(uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail},
+			func(c *commands.CreateStaff) string { return c.Email }, `SELECT 1 FROM staff WHERE email = $1`, opts...)},
+		Idempotency:  &txcommand.Idempotency{Key: idempotencyKey, Retention: cmp.Or(cfg.IdempotencyRetention, DefaultIdempotencyRetention)},
+		ClaimTimeout: cfg.claimTimeout(),
+		Logger:       n.log,
+	})
+}
 
 // observeStores has t observe the node's lock store, when it reports
 // lockstore.Stats, and its claims, both named name.

@@ -137,8 +137,13 @@ func (n *Node) staffCreatedBy(ctx context.Context, c *commands.CreateStaff, emai
 
 // exists runs a count query and reports whether it counted anything.
 func (n *Node) exists(ctx context.Context, query string, args ...any) (bool, error) {
+	return existsOn(ctx, n.db(), query, args...)
+}
+
+// existsOn is exists on q.
+func existsOn(ctx context.Context, q querier, query string, args ...any) (bool, error) {
 	var count int64
-	if err := n.db().queryRow(ctx, query, args...).Scan(&count); err != nil {
+	if err := q.queryRow(ctx, query, args...).Scan(&count); err != nil {
 		return false, err
 	}
 	return count > 0, nil

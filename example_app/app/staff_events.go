@@ -10,22 +10,26 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/claimbus/claimbus/commands"
+	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
-// registerStaff handles CreateStaff in the events staff model. The Uniqueness
-// middleware holds the claim on the normalised email, its lookup did not
-// find the email in the read model and (with reservations) the email is
-// reserved for this command. The handler appends the StaffRegistered event,
-// confirms the reservation at once (uniqueness.Committed: the email stays
-// taken whatever happens next, until the read model shows it), and
-// publishes the event to the projection.
+// registerStaff handles CreateStaff in the events model: it appends the
+// StaffRegistered event and publishes it to the projection once it has
+// committed. On PostgreSQL the handler runs in the command's transaction
+// (txcommand), which holds the email's lock, looked the email up, and
+// commits the email's reservation and the Idempotency-Key's outcome with
+// the event. On SQLite the Uniqueness middleware holds the claim beside
+// the append, and the handler confirms the reservation at once
+// (uniqueness.Committed: the email stays taken whatever happens next,
+// until the read model shows it).
 func (n *Node) registerStaff(ctx context.Context, c *commands.CreateStaff) (Staff, error) {
 	s := newStaff(c)
+	q := n.q(ctx)
 	// The staff id is not claimed: one registered already is an ordinary
 	// answer, as the staff table's primary key gives it in the table model.
-	if taken, err := n.exists(ctx, `SELECT count(*) FROM staff_event WHERE staff_id = $1`, s.StaffID); err != nil {
+	if taken, err := existsOn(ctx, q, `SELECT count(*) FROM staff_event WHERE staff_id = $1`, s.StaffID); err != nil {
 		return Staff{}, err
 	} else if taken {
 		return Staff{}, middleware.Reject(middleware.CodeAlreadyTaken, "staff_id", "a member of staff has this id")
@@ -34,19 +38,25 @@ func (n *Node) registerStaff(ctx context.Context, c *commands.CreateStaff) (Staf
 		EventID: uuid.NewString(), StaffID: s.StaffID, Email: s.Email, Name: s.Name,
 		CommandID: commandID(ctx), RecordedAt: time.Now().UTC(),
 	}
-	if _, err := n.db().exec(ctx,
+	if _, err := q.exec(ctx,
 		`INSERT INTO staff_event (event_id, staff_id, email, name, command_id, recorded_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 		ev.EventID, ev.StaffID, ev.Email, ev.Name, ev.CommandID, ev.RecordedAt.UnixNano()); err != nil {
 		return Staff{}, err
 	}
-	if err := uniqueness.Committed(ctx); err != nil {
-		// The after hooks confirm it again; until then the reservation is
-		// pending, and keeps the email taken up to MaxLag.
-		n.log.WarnContext(ctx, "reservation not confirmed after the append", "command_id", ev.CommandID, "error", err)
+	if n.txMode == nil {
+		if err := uniqueness.Committed(ctx); err != nil {
+			// The after hooks confirm it again; until then the reservation
+			// is pending, and keeps the email taken up to MaxLag.
+			n.log.WarnContext(ctx, "reservation not confirmed after the append", "command_id", ev.CommandID, "error", err)
+		}
 	}
-	if err := n.projection.publish(ctx, ev); err != nil {
-		return Staff{}, err
-	}
+	// After the commit (at once outside a transaction). A node that dies
+	// before publishing leaves the event to the catch-up of the next start.
+	lockstore.AfterCommit(ctx, func() {
+		if err := n.projection.publish(context.WithoutCancel(ctx), ev); err != nil {
+			n.log.WarnContext(ctx, "StaffRegistered not published: the catch-up of the next start applies it", "event_id", ev.EventID, "error", err)
+		}
+	})
 	return s, nil
 }
 

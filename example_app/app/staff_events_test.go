@@ -264,3 +264,29 @@ func TestEventsCatchUpAtStart(t *testing.T) {
 	require.Zero(t, third.BackstopViolations(), "nor is the skipped duplicate tried again")
 	require.NoError(t, third.Close())
 }
+
+// The events model on PostgreSQL commits a sign-up in one transaction:
+// once POST /staff answers, the event, the email's reservation and the
+// Idempotency-Key's outcome are in the database; a repeat of the key gets
+// the same answer, and with a projection stalled for longer than any
+// maxLag another sign-up of the email is refused by the reservation.
+func TestEventsModelCommitsInOneTransaction(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	_, url := pgNode(t, dsn, "pg-tx", "inprocess", app.Config{StaffModel: app.StaffEvents, ProjectionLag: time.Minute})
+	first := postStaff(t, url, "key-1", `{"staff_id":"s-1","email":"Tx@Example.org","name":"Tx"}`)
+	require.Equal(t, http.StatusCreated, first.status, "%s", first.raw)
+	check := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 1, ApplicationName: "check"})
+	var events, reservations, outcomes int
+	require.NoError(t, check.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM staff_event WHERE email = 'tx@example.org'),
+		(SELECT count(*) FROM claimbus.claim_reservation WHERE id = 'tx@example.org' AND confirmed),
+		(SELECT count(*) FROM claimbus.claim_outcome WHERE id = 'key-1')`).Scan(&events, &reservations, &outcomes))
+	require.Equal(t, [3]int{1, 1, 1}, [3]int{events, reservations, outcomes})
+
+	again := postStaff(t, url, "key-1", `{"staff_id":"s-1","email":"Tx@Example.org","name":"Tx"}`)
+	require.Equal(t, first.status, again.status)
+	require.JSONEq(t, string(first.raw), string(again.raw))
+	other := postStaff(t, url, "key-2", `{"staff_id":"s-2","email":"tx@example.org","name":"Tx"}`)
+	require.Equal(t, http.StatusConflict, other.status, "%s", other.raw)
+	require.Equal(t, "already_taken", other.body["code"])
+}
