@@ -185,16 +185,7 @@ func TestKilledAtEachStep(t *testing.T) {
 	e := newNode(t, dsn, "node-b", fullConfig())
 	for _, step := range []string{stepLocked, stepWritten, stepCommitSent, stepCommitAnswd} {
 		t.Run(step, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), childDSN+"="+dsn, childStep+"="+step)
-			out, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			cmd.Stderr = os.Stderr
-			require.NoError(t, cmd.Start())
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			line, err := bufio.NewReader(out).ReadString('\n')
-			require.NoError(t, err)
-			require.Equal(t, "at "+step, strings.TrimSpace(line))
+			cmd := startChild(t, dsn, step, "at "+step)
 			if step == stepCommitSent {
 				waitCommitSent(t, setup, "crash-child")
 			}
@@ -292,4 +283,21 @@ func TestCommitUnansweredIsOutcomeUnknown(t *testing.T) {
 	require.ErrorIs(t, err, middleware.ErrOutcomeUnknown)
 	require.Equal(t, 503, middleware.HTTPStatus(err))
 	repeatAndCheck(t, b, stepCommitSent, true)
+}
+
+// startChild starts the test binary as a child process running step on
+// dsn (see crashChild), and returns once it printed want.
+func startChild(t *testing.T, dsn, step, want string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childDSN+"="+dsn, childStep+"="+step)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, want, strings.TrimSpace(line))
+	return cmd
 }

@@ -1,14 +1,10 @@
 package txcommand_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,16 +61,7 @@ func TestStormUnderFaults(t *testing.T) {
 	u.Host = proxy.Addr()
 	c := newNodeWith(t, u.String(), "node-c", cfg, 2*time.Second)
 
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), childDSN+"="+dsn, childStep+"=storm")
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	child.Stderr = os.Stderr
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "storming", strings.TrimSpace(line))
+	child := startChild(t, dsn, "storm", "storming")
 
 	type answer struct {
 		staff, email string

@@ -309,16 +309,9 @@ func (st *serialTxn) rollbackAndRelease() error {
 	return err
 }
 
-// release gives back the connection (pgxpool destroys one that is closed or
-// still in a transaction) and the node-local mutex.
+// release gives back the connection and the node-local mutex.
 func (st *serialTxn) release() {
-	if st.pooled != nil {
-		if st.call.released() {
-			closeConn(st.conn)
-		}
-		st.pooled.Release()
-		st.pooled = nil
-	}
+	st.pooled = releasePooled(st.call, st.pooled, st.conn)
 	if st.xs != nil {
 		st.xs.mu.Unlock()
 		st.xs = nil
@@ -494,4 +487,19 @@ func appendLockCall(b []byte, fn string, id LockID) []byte {
 	b = append(b, ", "...)
 	b = strconv.AppendInt(b, int64(id.ID), 10)
 	return append(b, ')')
+}
+
+// releasePooled gives pooled, whose connection is conn, back to the pool
+// (pgxpool destroys one that is closed or still in a transaction), closing
+// conn first when Close aborted call's socket, and returns nil. A nil
+// pooled (a connection not from the pool) is left alone.
+func releasePooled(c *call, pooled *pgxpool.Conn, conn *pgx.Conn) *pgxpool.Conn {
+	if pooled == nil {
+		return nil
+	}
+	if c.released() {
+		closeConn(conn)
+	}
+	pooled.Release()
+	return nil
 }

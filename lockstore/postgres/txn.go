@@ -255,13 +255,7 @@ func (t *Txn) rollbackTx() error {
 // release gives back the connection (pgxpool destroys one that is closed
 // or still in a transaction) and the turns.
 func (t *Txn) release() {
-	if t.pooled != nil {
-		if t.call.released() {
-			closeConn(t.conn)
-		}
-		t.pooled.Release()
-		t.pooled = nil
-	}
+	t.pooled = releasePooled(t.call, t.pooled, t.conn)
 	for _, id := range t.ids[:t.turns] {
 		t.s.serial.pass(id)
 	}
