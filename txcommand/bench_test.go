@@ -19,16 +19,14 @@ import (
 
 // The benchmarks run one CreateStaff per iteration, each with a new
 // email, at 1 sender and at 64 (RunParallel), on pools of 8 connections:
-//   - Plain is the floor: the same handler's write in its own transaction,
-//     without claimbus (BEGIN, INSERT, COMMIT);
-//   - Full is the middleware with a unique email that reserves and an
+//   - impl=plain is the floor: the same handler's write in its own
+//     transaction, without claimbus (BEGIN, INSERT, COMMIT);
+//   - impl=full is the middleware with a unique email that reserves and an
 //     idempotency key, the handler's write in the command's transaction;
-//   - Claim and ReservedClaim are the email's claim alone, without and
-//     with its reservation.
+//   - impl=claim and impl=reserved are the email's claim alone, without
+//     and with its reservation.
 //
-// Compare them in one run:
-//
-//	go test -run '^$' -bench 'BenchmarkCommand' -count 5 ./txcommand/ | tee /tmp/tx.txt
+// Compare them in one run: BENCH_GROUPS=tx make bench-compare.
 func BenchmarkCommand(b *testing.B) {
 	dsn := newDB(b)
 	plain := newNode(b, dsn, "plain", fullConfig())
@@ -38,9 +36,9 @@ func BenchmarkCommand(b *testing.B) {
 		name string
 		cfg  txcommand.Config
 	}{
-		{"Full", fullConfig()},
-		{"Claim", txcommand.Config{Rules: []txcommand.Rule{plainRule}}},
-		{"ReservedClaim", txcommand.Config{Rules: []txcommand.Rule{emailRule}}},
+		{"full", fullConfig()},
+		{"claim", txcommand.Config{Rules: []txcommand.Rule{plainRule}}},
+		{"reserved", txcommand.Config{Rules: []txcommand.Rule{emailRule}}},
 	}
 	var n atomic.Int64
 	next := func() (string, string) {
@@ -66,10 +64,10 @@ func BenchmarkCommand(b *testing.B) {
 	}
 	for _, senders := range []int{1, 64} {
 		b.Run("senders="+strconv.Itoa(senders), func(b *testing.B) {
-			b.Run("Plain", func(b *testing.B) { loop(b, senders, plainOnce) })
+			b.Run("impl=plain", func(b *testing.B) { loop(b, senders, plainOnce) })
 			for _, c := range configs {
 				e := newNode(b, dsn, c.name, c.cfg)
-				b.Run(c.name, func(b *testing.B) {
+				b.Run("impl="+c.name, func(b *testing.B) {
 					loop(b, senders, func(b *testing.B) {
 						id, email := next()
 						if _, err := e.send(ctx, id, email, handler); err != nil {
