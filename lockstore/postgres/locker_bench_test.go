@@ -82,6 +82,31 @@ func BenchmarkTryLockRelease(b *testing.B) {
 	})
 }
 
+// BenchmarkLockRelease is BenchmarkTryLockRelease with the blocking Lock:
+// distinct keys from 64 goroutines, a store over a pool of 2 against
+// pg_advisory_lock and unlock on a pgxpool of 8.
+func BenchmarkLockRelease(b *testing.B) {
+	dsn := pgtest.DSN(b)
+	b.Run("impl=claimbus", func(b *testing.B) {
+		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "bench-store"})
+		s := newTestStore(b, pool, Config{})
+		runParallel(b, func(ctx context.Context, key lockstore.Key, _ LockID) error {
+			l, err := s.Lock(ctx, key)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		})
+		reportBatching(b, s)
+	})
+	b.Run("impl=pgxpool", func(b *testing.B) {
+		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "bench-baseline"})
+		runParallel(b, func(ctx context.Context, _ lockstore.Key, id LockID) error {
+			return baselineLockUnlock(ctx, pool, id)
+		})
+	})
+}
+
 // gooseLockUnlock takes and releases id with goose's session locker on a
 // connection of db. The locker's lock ID is one bigint: the two halves of id.
 func gooseLockUnlock(ctx context.Context, db *sql.DB, id LockID) error {
