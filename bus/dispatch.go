@@ -124,9 +124,9 @@ func (b *Bus) newMessage(ctx context.Context, cmd any) (*message.Message, string
 	if ids.CorrelationID == "" {
 		ids.CorrelationID = msg.UUID
 	}
-	msg.Metadata.Set(middleware.MetadataCorrelationID, ids.CorrelationID)
+	msg.Metadata.Set(wire.MetadataCorrelationID, ids.CorrelationID)
 	if ids.CausationID != "" {
-		msg.Metadata.Set(middleware.MetadataCausationID, ids.CausationID)
+		msg.Metadata.Set(wire.MetadataCausationID, ids.CausationID)
 	}
 	if b.cfg.OnSend != nil {
 		b.cfg.OnSend(ctx, msg)
@@ -237,13 +237,13 @@ func (b *Bus) processThen(msg *message.Message, sender context.Context, deliver 
 // instead of waiting until its ctx ends.
 func goexitReply(msg *message.Message) reply {
 	return reply{errb: wire.MarshalError(fmt.Errorf("bus: command %s (id %s) ended its goroutine with runtime.Goexit",
-		msg.Metadata.Get(middleware.MetadataCommandName), msg.UUID))}
+		msg.Metadata.Get(wire.MetadataCommandName), msg.UUID))}
 }
 
 // dropped deals with the outcome of a command nobody waits for: a poison
 // message goes to the poison topic or the log.
 func (b *Bus) dropped(msg *message.Message, poison string) {
-	fields := watermill.LogFields{"command_id": msg.UUID, "command_name": msg.Metadata.Get(middleware.MetadataCommandName)}
+	fields := watermill.LogFields{"command_id": msg.UUID, "command_name": msg.Metadata.Get(wire.MetadataCommandName)}
 	switch {
 	case poison != "" && b.cfg.PoisonTopic != "":
 		pm := msg.Copy()

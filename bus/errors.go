@@ -14,14 +14,13 @@ var (
 	ErrNotStarted = errors.New("bus: not started")
 	// ErrClosed is returned by Dispatch and Send once Close has begun, and by
 	// a Dispatch still waiting for its reply when the bus closes. A closed
-	// transport of this module fails with it too (natstransport.ErrClosed
-	// is this same value): a closed transport carries no command either. (lockstore.ErrClosed, a closed lock store, is another
-	// meaning: a command halted by it is unavailable.)
+	// transport of this module fails with it too: a closed transport carries
+	// no command either. (lockstore.ErrClosed, a closed lock store, is
+	// another meaning: a command halted by it is unavailable.)
 	ErrClosed = errors.New("bus: closed")
 	// ErrInvalidTopic is matched by a transport's error for a topic or node
-	// id it cannot carry (natstransport.ErrInvalidTopic is this same
-	// value), such as one that
-	// Config.CommandTopic or Config.ReplyTopic made.
+	// id it cannot carry, such as one that Config.CommandTopic or
+	// Config.ReplyTopic made.
 	ErrInvalidTopic = errors.New("bus: invalid topic")
 	// ErrStarted is returned by Handle after Start: handlers are registered
 	// before the bus starts.

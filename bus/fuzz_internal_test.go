@@ -49,7 +49,7 @@ func FuzzProcess(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, name string, payload []byte) {
 		msg := message.NewMessage("00000000-0000-0000-0000-000000000001", payload)
-		msg.Metadata.Set(middleware.MetadataCommandName, name)
+		msg.Metadata.Set(wire.MetadataCommandName, name)
 		r, poison := b.process(msg, nil)
 		res, err := decodeReply[fuzzResult](r, msg.UUID, name)
 		switch {

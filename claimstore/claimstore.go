@@ -63,8 +63,8 @@ type Outcome struct {
 	// Result is the command's result as JSON, when it succeeded.
 	Result []byte
 	// Err is the command's rejection in the wire form of bus replies (JSON
-	// {"rejection":{"code":...},"message":...}, see
-	// middleware.MetadataError), when it was rejected; nil when it
+	// {"rejection":{"code":...},"message":...}, the claimbus_error
+	// metadata of a reply), when it was rejected; nil when it
 	// succeeded.
 	Err []byte
 }

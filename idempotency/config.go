@@ -18,12 +18,12 @@ const (
 	// DefaultNamespace prefixes the namespace of the locks and outcomes
 	// when Config.Namespace is empty.
 	DefaultNamespace = "idempotency"
-	// DefaultLockTimeout bounds the wait of a repeat for the run ahead of
+	// defaultLockTimeout bounds the wait of a repeat for the run ahead of
 	// it when Config.LockTimeout is zero.
-	DefaultLockTimeout = 15 * time.Second
-	// DefaultPurgeBatch is how many expired outcomes one PurgeOutcomes call
+	defaultLockTimeout = 15 * time.Second
+	// defaultPurgeBatch is how many expired outcomes one PurgeOutcomes call
 	// deletes when Config.PurgeBatch is zero.
-	DefaultPurgeBatch = 1000
+	defaultPurgeBatch = 1000
 )
 
 // KeyFunc returns the idempotency key of the command p carries; "" means
@@ -82,7 +82,7 @@ type Config struct {
 	// LockTimeout bounds the wait of a command for the run of its key
 	// ahead of it (a concurrent repeat); past it the command halts with a
 	// timeout rejection, and the sender may try again. Default
-	// DefaultLockTimeout.
+	// Default 15 s.
 	LockTimeout time.Duration
 	// ReadFirst reads a command's stored outcome before taking its key's
 	// lock: a later repeat is then answered by one read of the Store,
@@ -91,7 +91,7 @@ type Config struct {
 	// false: the lock first, for commands that mostly come once.
 	ReadFirst bool
 	// PurgeBatch is how many expired outcomes Purge deletes per call of
-	// Store.PurgeOutcomes. Default DefaultPurgeBatch.
+	// Store.PurgeOutcomes. Default 1000.
 	PurgeBatch int
 	// Logger logs what the after hooks cannot return, with the command's
 	// id ("command_id") and the key ("key"): an outcome that could not be
@@ -100,8 +100,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate reports every problem of the configuration at once.
-func (c Config) Validate() error {
+// validate reports every problem of the configuration at once.
+func (c Config) validate() error {
 	var errs []error
 	if c.Locker == nil {
 		errs = append(errs, errors.New("idempotency: Config.Locker is nil (give a lockstore store, such as lockstore.NewMemory)"))

@@ -16,10 +16,10 @@ import (
 	"github.com/claimbus/claimbus/observe"
 )
 
-// AssignRun is the key under which BeforeDispatch keeps, in the
+// assignRun is the key under which BeforeDispatch keeps, in the
 // pipeline's Assigns, the state of a first run (its key and lock) for the
 // after hooks.
-const AssignRun = "idempotency.run"
+const assignRun = "idempotency.run"
 
 // Middleware is the idempotency middleware: it runs each command carrying
 // an idempotency key once, and answers every repeat with the stored
@@ -44,7 +44,7 @@ var _ middleware.Middleware = (*Middleware)(nil)
 
 // New returns the idempotency middleware configured by cfg.
 func New(cfg Config) (*Middleware, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	key, fingerprint := cfg.Key, cfg.Fingerprint
@@ -61,8 +61,8 @@ func New(cfg Config) (*Middleware, error) {
 		key:         key,
 		namespace:   cmp.Or(cfg.Namespace, DefaultNamespace),
 		fingerprint: fingerprint,
-		timeout:     cmp.Or(cfg.LockTimeout, DefaultLockTimeout),
-		batch:       cmp.Or(cfg.PurgeBatch, DefaultPurgeBatch),
+		timeout:     cmp.Or(cfg.LockTimeout, defaultLockTimeout),
+		batch:       cmp.Or(cfg.PurgeBatch, defaultPurgeBatch),
 		readFirst:   cfg.ReadFirst,
 		logger:      cmp.Or(cfg.Logger, slog.Default()),
 	}, nil
@@ -79,11 +79,11 @@ type run struct {
 	watch afterlost.Node
 }
 
-// Key returns the key under which the lock and the outcome of the command
+// lockKey returns the key under which the lock and the outcome of the command
 // p carries are kept, and whether it has one (Config.Key returned a
 // non-empty key). The key may be invalid (too long): BeforeDispatch
 // rejects such a command.
-func (m *Middleware) Key(p *middleware.Pipeline) (lockstore.Key, bool) {
+func (m *Middleware) lockKey(p *middleware.Pipeline) (lockstore.Key, bool) {
 	id := m.key(p)
 	if id == "" {
 		return lockstore.Key{}, false
@@ -114,7 +114,7 @@ func (m *Middleware) Stage() middleware.Stage { return middleware.StageAnswer }
 // then reads the key's stored outcome:
 //   - none: the command runs, holding the lock until its after hooks have
 //     stored its outcome; its handler's context is cancelled, with
-//     ErrLockLost as its cause, when the lock is lost while it runs;
+//     lockstore.ErrLockLost as its cause, when the lock is lost while it runs;
 //   - one for the same payload (fingerprint): the command halts with the
 //     stored answer, releasing the lock: the stored rejection, or the
 //     stored result as the response with a nil error (a json.RawMessage:
@@ -134,7 +134,7 @@ func (m *Middleware) Stage() middleware.Stage { return middleware.StageAnswer }
 // of the message, which crosses the wire), and with ctx's error when ctx
 // ended. A command without a key passes through.
 func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
-	key, ok := m.Key(p)
+	key, ok := m.lockKey(p)
 	if !ok {
 		return
 	}
@@ -181,7 +181,7 @@ func (m *Middleware) begin(ctx context.Context, p *middleware.Pipeline, key lock
 	p.SetContext(hctx)
 	r := &run{key: key, lock: lk, fp: fp, cancel: cancel}
 	afterlost.Watch(lk, &r.watch, r)
-	p.Assign(AssignRun, r)
+	p.Assign(assignRun, r)
 }
 
 // answered reads key's outcome before the lock (Config.ReadFirst) and,
@@ -249,7 +249,7 @@ var invalidKeyMessage = fmt.Sprintf("the idempotency key cannot be used: longer 
 
 // LockLost cancels the handler's context: the run's lock was lost.
 func (r *run) LockLost() {
-	r.cancel(fmt.Errorf("idempotency: lock on the idempotency key lost while the handler ran: %s: %w", r.key, ErrLockLost))
+	r.cancel(fmt.Errorf("idempotency: lock on the idempotency key lost while the handler ran: %s: %w", r.key, lockstore.ErrLockLost))
 }
 
 // AfterDispatch stores the command's response as its key's outcome, then
@@ -268,7 +268,7 @@ func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
 // watch, stores the outcome when it is final (the answer the sender gets),
 // and releases the lock.
 func (m *Middleware) finish(ctx context.Context, p *middleware.Pipeline) {
-	v, _ := p.Assigned(AssignRun)
+	v, _ := p.Assigned(assignRun)
 	r, ok := v.(*run)
 	if !ok {
 		return

@@ -47,11 +47,11 @@ func Answer(p *middleware.Pipeline, o claimstore.Outcome, fp []byte) {
 
 // OutcomeOf returns the outcome to store for p, whose payload's fingerprint is
 // fp, and whether it is final (the answer every repeat must get): a
-// success, or a final rejection (see Final). err is set when the result
+// success, or a final rejection (see final). err is set when the result
 // cannot be encoded; then nothing is final.
 func OutcomeOf(p *middleware.Pipeline, fp []byte) (claimstore.Outcome, bool, error) {
 	if err := p.Err(); err != nil {
-		rej, ok := Final(err)
+		rej, ok := final(err)
 		if !ok {
 			return claimstore.Outcome{}, false, nil
 		}
@@ -65,10 +65,10 @@ func OutcomeOf(p *middleware.Pipeline, fp []byte) (claimstore.Outcome, bool, err
 	return claimstore.Outcome{Fingerprint: fp, Result: b}, true, nil
 }
 
-// Final returns the rejection in err's chain when it is a final answer:
+// final returns the rejection in err's chain when it is a final answer:
 // any code but unavailable, timeout, locked, not_applied and
 // outcome_unknown, which say "try again", and not from a panic.
-func Final(err error) (*middleware.Rejection, bool) {
+func final(err error) (*middleware.Rejection, bool) {
 	var perr *middleware.PanicError
 	var rej *middleware.Rejection
 	if errors.As(err, &perr) || !errors.As(err, &rej) {

@@ -2,16 +2,6 @@ package lockstore
 
 import "github.com/claimbus/claimbus/internal/afterlost"
 
-// LostNotifier is implemented by locks that can call a function when they
-// are lost, where their store ends them, with no goroutine or timer per
-// lock. The locks of every store of this module implement it (the memory,
-// PostgreSQL and SQLite stores); AfterLost uses it when a lock has it.
-//
-// AfterLost(f) has the contract of the package function AfterLost.
-type LostNotifier interface {
-	AfterLost(f func()) (stop func() bool)
-}
-
 // AfterLost arranges for f to be called once l is lost: when its store ends
 // it for any reason other than its own Release (lease expiry, a lost
 // connection, Reset, Close), that is when Lost closes. It is shaped like
@@ -30,8 +20,11 @@ type LostNotifier interface {
 // f starts a goroutine. f must not call the store's Close, which waits for
 // the calls of f it made and for lease timers, f's own included.
 //
-// A lock of another package that does not implement LostNotifier is
-// watched by one goroutine that waits for Lost until the loss or the first
+// The locks of every store of this module (the memory, PostgreSQL and
+// SQLite stores) call f where their store ends them, with no goroutine or
+// timer per lock; so does a lock of another package with a method
+// AfterLost(f func()) (stop func() bool) of this contract. Any other lock
+// is watched by one goroutine that waits for Lost until the loss or the first
 // stop: call stop when done with the lock, as its Release does not end that
 // goroutine. A lock whose Lost is nil is never lost: f never runs.
 func AfterLost(l Lock, f func()) (stop func() bool) {

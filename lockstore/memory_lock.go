@@ -56,7 +56,6 @@ type lease struct {
 var (
 	_ Lock              = (*memLock)(nil)
 	_ Refresher         = (*memLock)(nil)
-	_ LostNotifier      = (*memLock)(nil)
 	_ afterlost.Watcher = (*memLock)(nil)
 )
 
@@ -96,12 +95,6 @@ func (l *memLock) Lost() <-chan struct{} {
 	}
 	return e.lost
 }
-
-// AfterLost arranges for f to be called when the lock is lost (see the
-// package function AfterLost): by Reset and Close before they return, by
-// a lease's end in its timer's goroutine, after the shard's mutex is
-// released.
-func (l *memLock) AfterLost(f func()) (stop func() bool) { return AfterLost(l, f) }
 
 // WatchLost registers n to be fired when the lock is lost.
 func (l *memLock) WatchLost(n *afterlost.Node) {

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 
+	"github.com/claimbus/claimbus/internal/wire"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -27,8 +29,8 @@ func newMessagePipeline(msg *message.Message, cmd any, name string) *Pipeline {
 		Command:       cmd,
 		CommandName:   name,
 		CommandUUID:   msg.UUID,
-		CorrelationID: cmp.Or(msg.Metadata.Get(MetadataCorrelationID), msg.UUID),
-		CausationID:   msg.Metadata.Get(MetadataCausationID),
+		CorrelationID: cmp.Or(msg.Metadata.Get(wire.MetadataCorrelationID), msg.UUID),
+		CausationID:   msg.Metadata.Get(wire.MetadataCausationID),
 		Metadata:      msg.Metadata,
 		ctx:           msg.Context(),
 	}

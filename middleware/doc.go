@@ -25,7 +25,7 @@
 // packages add claims on unique values and stored answers. A halt reason
 // is a *Rejection matched by code (ErrLocked, ErrTimeout, ErrUnavailable,
 // ErrInvalid, ...), also on a sender on another node; RejectStoreError
-// builds one from a store error (StoreErrorCode), wrapping that error too,
+// builds one from a store error by one table, wrapping that error too,
 // so on this node errors.Is finds both.
 //
 // docs/middleware.md describes the adapters, answering senders that wait,

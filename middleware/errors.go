@@ -56,14 +56,14 @@ var (
 	// ErrUndecodable is returned for a message whose payload does not decode
 	// into its command type.
 	ErrUndecodable = errors.New("middleware: undecodable command")
-	// ErrDuplicateCommand is returned when a command name is registered for
+	// errDuplicateCommand is returned when a command name is registered for
 	// two different types.
-	ErrDuplicateCommand = errors.New("middleware: command name registered twice")
+	errDuplicateCommand = errors.New("middleware: command name registered twice")
 
-	// ErrIncompleteRequestReply is reported by the Validate of a config
+	// errIncompleteRequestReply is reported by the Validate of a config
 	// that answers requestreply senders (a RequestReply's) without acking
 	// handler errors: use RequestReply.HandlerConfig or RouterConfig.
-	ErrIncompleteRequestReply = errors.New("middleware: incomplete requestreply set-up")
+	errIncompleteRequestReply = errors.New("middleware: incomplete requestreply set-up")
 	// ErrUnhandledCommandType is returned where a pipeline is built (the
 	// bus's Start, RouterMiddleware) for a command type a middleware acts on
 	// (see CommandTyper) that no command of the pipeline has: a rule

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/claimbus/claimbus/internal/wire"
+
 	"github.com/ThreeDotsLabs/watermill/components/requestreply"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
@@ -21,10 +23,10 @@ func FuzzUnmarshalReply(f *testing.F) {
 	f.Add("1", `{`, "", []byte(`{}`))
 	f.Add("0", "", "", []byte(`{"id":`))
 	f.Add("1", `{"rejection":{"code":""}}`, "x", []byte(`""`))
-	f.Fuzz(func(t *testing.T, hasErr, wire, plain string, payload []byte) {
+	f.Fuzz(func(t *testing.T, hasErr, wireErr, plain string, payload []byte) {
 		msg := message.NewMessage("r1", payload)
 		msg.Metadata.Set(requestreply.HasErrorMetadataKey, hasErr)
-		msg.Metadata.Set(middleware.MetadataError, wire)
+		msg.Metadata.Set(wire.MetadataError, wireErr)
 		msg.Metadata.Set(requestreply.ErrorMetadataKey, plain)
 		m := middleware.ReplyMarshaler[StaffCreated]{}
 		reply, err := m.UnmarshalReply(msg)

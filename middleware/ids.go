@@ -3,20 +3,6 @@ package middleware
 import (
 	"cmp"
 	"context"
-
-	"github.com/claimbus/claimbus/internal/wire"
-)
-
-// Metadata keys claimbus reads and writes on command messages.
-const (
-	// MetadataCorrelationID is the key of the correlation id; it is the key
-	// Watermill's CorrelationID middleware uses.
-	MetadataCorrelationID = wire.MetadataCorrelationID
-	// MetadataCausationID is the key of the causation id.
-	MetadataCausationID = wire.MetadataCausationID
-	// MetadataCommandName is the key of the command's name; it is the key
-	// Watermill's cqrs marshalers use.
-	MetadataCommandName = wire.MetadataCommandName
 )
 
 // idsKey is the context key of both the ids and the pipeline a context

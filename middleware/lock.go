@@ -12,22 +12,19 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// DefaultLockAssignKey is the Assigns key under which Lock keeps the locks
+// defaultLockAssignKey is the Assigns key under which Lock keeps the locks
 // it holds when LockConfig.AssignKey is empty.
-const DefaultLockAssignKey = "lock"
-
-// LockKeysFunc names the resources a command locks, such as
-// lockstore.Key{Namespace: "transfer", ID: cmd.TransferID}. A command it
-// returns no key for passes through unlocked.
-type LockKeysFunc func(cmd any) []lockstore.Key
+const defaultLockAssignKey = "lock"
 
 // LockConfig configures the Lock middleware.
 type LockConfig struct {
 	// Locker hands out the locks, such as a lockstore.Memory or a
 	// PostgreSQL store. Required.
 	Locker lockstore.Locker
-	// Keys names the resources each command locks. Required.
-	Keys LockKeysFunc
+	// Keys names the resources each command locks, such as
+	// lockstore.Key{Namespace: "transfer", ID: cmd.TransferID}. A command it
+	// returns no key for passes through unlocked. Required.
+	Keys func(cmd any) []lockstore.Key
 	// Wait is how long a command waits for a held resource. 0, the default,
 	// waits not at all: a held resource halts the command as locked
 	// (ErrLocked). A positive Wait waits that long, first come first
@@ -36,7 +33,7 @@ type LockConfig struct {
 	// AssignKey is the Assigns key under which the locks held are kept, as
 	// a []lockstore.Lock in the order taken, for the handler (through
 	// PipelineFromContext) and later hooks, such as to read a fencing token.
-	// Default DefaultLockAssignKey. Two Lock middleware in one runner need
+	// Default "lock". Two Lock middleware in one runner need
 	// different keys.
 	AssignKey string
 	// Logger logs the errors of releases, which the after hooks cannot
@@ -104,7 +101,7 @@ func Lock(cfg LockConfig) (Middleware, error) {
 		logger:    cfg.Logger,
 	}
 	if m.assignKey == "" {
-		m.assignKey = DefaultLockAssignKey
+		m.assignKey = defaultLockAssignKey
 	}
 	if m.logger == nil {
 		m.logger = slog.Default()
@@ -115,7 +112,7 @@ func Lock(cfg LockConfig) (Middleware, error) {
 
 type lockMiddleware struct {
 	locker    lockstore.Locker
-	keys      LockKeysFunc
+	keys      func(cmd any) []lockstore.Key
 	wait      time.Duration
 	assignKey string
 	stateKey  string
@@ -203,7 +200,7 @@ func (m *lockMiddleware) BeforeDispatch(ctx context.Context, p *Pipeline) {
 // err: a store's error can name a server, a port or a user, and the
 // message crosses the wire.
 func (m *lockMiddleware) rejection(ctx context.Context, key lockstore.Key, err error) error {
-	if code := StoreErrorCode(err); code != CodeLocked && code != CodeInvalid && ctx.Err() != nil {
+	if code := storeErrorCode(err); code != CodeLocked && code != CodeInvalid && ctx.Err() != nil {
 		return nil //nolint:nilerr // the sender went away: no rejection, the runner skips the handler
 	}
 	return RejectStoreErrorBy(err, "", func(code string) string {

@@ -96,7 +96,7 @@ func TestLockHeldHaltsAsLocked(t *testing.T) {
 
 	require.NoError(t, holder.Release(context.Background()))
 	ran, err = run(context.Background(), r, &Transfer{ID: "t1"}, func(ctx context.Context, p *middleware.Pipeline) (any, error) {
-		v, ok := p.Assigned(middleware.DefaultLockAssignKey)
+		v, ok := p.Assigned("lock")
 		require.True(t, ok)
 		locks := v.([]lockstore.Lock)
 		require.Len(t, locks, 1)
@@ -384,7 +384,7 @@ func TestLockStoreFailures(t *testing.T) {
 		store := newMemory(t, lockstore.MemoryConfig{})
 		r := lockRunner(t, middleware.LockConfig{Locker: store})
 		ran, err := run(context.Background(), r, &CreateStaff{Email: "ann@x.org"}, func(_ context.Context, p *middleware.Pipeline) (any, error) {
-			_, ok := p.Assigned(middleware.DefaultLockAssignKey)
+			_, ok := p.Assigned("lock")
 			require.False(t, ok)
 			return nil, nil
 		})

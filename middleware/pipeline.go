@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"maps"
 )
 
 // Pipeline carries one command through the hooks of the middleware and its
@@ -80,9 +79,6 @@ func (p *Pipeline) Assigned(key string) (any, bool) {
 	v, ok := p.assigns[key]
 	return v, ok
 }
-
-// Assigns returns a copy of every assigned value.
-func (p *Pipeline) Assigns() map[string]any { return maps.Clone(p.assigns) }
 
 // Respond sets the command's response. The first response wins: later calls
 // change nothing and return false. A handler's result is the response when

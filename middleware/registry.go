@@ -37,19 +37,19 @@ func NewRegistry(m cqrs.CommandEventMarshaler) *Registry {
 
 // Register adds the command type C under the name the registry's marshaler
 // gives a *C (as a cqrs.CommandProcessor names a handler's NewCommand), and
-// returns that name. C must not be a pointer type.
+// returns that name. C must not be a pointer type. Registering a type again
+// is a no-op; a name taken by another type fails.
 func Register[C any](r *Registry) (string, error) {
-	return r.Add(new(C))
+	return r.addCommand(new(C))
 }
 
 // Marshaler returns the marshaler the registry names and decodes with.
 func (r *Registry) Marshaler() cqrs.CommandEventMarshaler { return r.marshaler }
 
-// Add registers the type of cmd, a command or a pointer to one, under the
-// name the marshaler gives a pointer to it, and returns that name.
-// Registering a type again is a no-op; a name taken by another type fails
-// with ErrDuplicateCommand.
-func (r *Registry) Add(cmd any) (string, error) {
+// addCommand registers the type of cmd, a command or a pointer to one,
+// under the name the marshaler gives a pointer to it, and returns that
+// name (see Register).
+func (r *Registry) addCommand(cmd any) (string, error) {
 	t, err := commandType(cmd)
 	if err != nil {
 		return "", err
@@ -80,7 +80,7 @@ func (r *Registry) add(name string, t reflect.Type) error {
 		if prev == t {
 			return nil
 		}
-		return fmt.Errorf("%w: %q names %v, not %v", ErrDuplicateCommand, name, prev, t)
+		return fmt.Errorf("%w: %q names %v, not %v", errDuplicateCommand, name, prev, t)
 	}
 	next := maps.Clone(old)
 	next[name] = t
@@ -102,9 +102,6 @@ func commandType(cmd any) (reflect.Type, error) {
 	}
 	return t, nil
 }
-
-// Name returns the name of cmd on the wire.
-func (r *Registry) Name(cmd any) string { return r.marshaler.Name(cmd) }
 
 // Names returns the registered names, sorted.
 func (r *Registry) Names() []string {

@@ -16,13 +16,6 @@ import (
 	"github.com/claimbus/claimbus/internal/wire"
 )
 
-// MetadataError is the metadata key of a reply's error in its wire form: the
-// key of bus replies too, so that bus replies and requestreply replies
-// encode a rejection alike. replyMarshaler also reads the key its replies
-// had before ("_claimbus_error"), so that replies of a node not yet
-// upgraded keep their rejections.
-const MetadataError = wire.MetadataError
-
 // replyMarshaler is a requestreply.BackendPubsubMarshaler that keeps a
 // reply's error as data: a *Rejection comes back as a *Rejection, so that
 // errors.Is(reply.Error, ErrAlreadyTaken) and errors.As hold for callers of
@@ -194,7 +187,7 @@ func repliesWithoutAck(onResult ResultFunc, ack bool) error {
 	}
 	return fmt.Errorf("%w: OnResult answers requestreply senders but AckHandlerErrors is false: "+
 		"a failed command would be nacked, redelivered and answered again; use RequestReply.HandlerConfig or RouterConfig",
-		ErrIncompleteRequestReply)
+		errIncompleteRequestReply)
 }
 
 // HandlerConfig returns the config of OnHandle or WrapHandler for runner

@@ -359,11 +359,11 @@ func TestIncompleteRequestReplyIsRefused(t *testing.T) {
 	bare := rr.HandlerConfig(runner, handler)
 	bare.AckHandlerErrors = false
 	_, err = middleware.OnHandle(bare)
-	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
+	require.ErrorContains(t, err, "incomplete requestreply set-up")
 	_, err = middleware.WrapHandler(handler, bare)
-	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
+	require.ErrorContains(t, err, "incomplete requestreply set-up")
 	_, err = middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: newRegistry(t), OnResult: bare.OnResult})
-	require.ErrorIs(t, err, middleware.ErrIncompleteRequestReply)
+	require.ErrorContains(t, err, "incomplete requestreply set-up")
 	require.ErrorContains(t, err, "RequestReply.HandlerConfig")
 
 	_, err = middleware.OnHandle(rr.HandlerConfig(runner, handler))

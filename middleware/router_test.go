@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimbus/claimbus/internal/wire"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
@@ -78,8 +80,8 @@ func TestRouterMiddlewareRunsPipelineAroundHandler(t *testing.T) {
 
 	msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
 	msg.UUID = "cmd-1"
-	msg.Metadata.Set(middleware.MetadataCorrelationID, "corr-1")
-	msg.Metadata.Set(middleware.MetadataCausationID, "cause-1")
+	msg.Metadata.Set(wire.MetadataCorrelationID, "corr-1")
+	msg.Metadata.Set(wire.MetadataCausationID, "cause-1")
 	publishAcked(t, env.pubSub, "commands", msg)
 
 	require.Equal(t, []string{

@@ -33,15 +33,10 @@ var storeSentinels = map[string]error{
 	CodeUnavailable: lockstore.ErrUnavailable,
 }
 
-// StoreErrorCode returns the rejection code of a command halted because a
-// lock or claim store failed with err: CodeLocked for lockstore.ErrLocked,
-// CodeInvalid for lockstore.ErrInvalidKey, CodeTimeout for
-// lockstore.ErrTimeout and context.DeadlineExceeded (a wait the middleware
-// bounded), and CodeUnavailable for anything else (lockstore.ErrUnavailable
-// and claimstore.ErrUnavailable, lockstore.ErrCapacity, a closed store).
-// A middleware checks first whether the command's own context ended: then
-// there is no rejection to send, nobody waits for it.
-func StoreErrorCode(err error) string {
+// storeErrorCode returns the rejection code of a command halted because a
+// lock or claim store failed with err: the one table (see
+// RejectStoreError).
+func storeErrorCode(err error) string {
 	for _, e := range storeCodes {
 		if errors.Is(err, e.err) {
 			return e.code
@@ -51,8 +46,14 @@ func StoreErrorCode(err error) string {
 }
 
 // RejectStoreError returns the halt reason of a command whose store failed
-// with err: a rejection with code StoreErrorCode(err), naming field (may be
-// empty), with a message made of format and args. The message is for
+// with err: a rejection with err's code (CodeLocked for lockstore.ErrLocked,
+// CodeInvalid for lockstore.ErrInvalidKey, CodeTimeout for
+// lockstore.ErrTimeout and context.DeadlineExceeded, a wait the middleware
+// bounded, and CodeUnavailable for anything else: lockstore.ErrUnavailable
+// and claimstore.ErrUnavailable, lockstore.ErrCapacity, a closed store),
+// naming field (may be empty), with a message made of format and args. A
+// middleware checks first whether the command's own context ended: then
+// there is no rejection to send, nobody waits for it. The message is for
 // people and crosses the wire: name the key or the field, never err, whose
 // text can name a server, a port or a user. err stays on this node,
 // wrapped beside the rejection: errors.Is finds it, and its text follows
@@ -66,15 +67,15 @@ func StoreErrorCode(err error) string {
 // whatever the cause. On the sender's side of a wire the halt is its
 // rejection alone, which matches its code's sentinel (ErrTimeout).
 func RejectStoreError(err error, field, format string, args ...any) error {
-	code := StoreErrorCode(err)
+	code := storeErrorCode(err)
 	return rejectStore(err, code, Reject(code, field, format, args...))
 }
 
 // RejectStoreErrorBy is RejectStoreError with the message chosen by the
-// code: message is called once, with StoreErrorCode(err), for a middleware
+// code: message is called once, with err's code, for a middleware
 // that says each code its own way.
 func RejectStoreErrorBy(err error, field string, message func(code string) string) error {
-	code := StoreErrorCode(err)
+	code := storeErrorCode(err)
 	return rejectStore(err, code, Reject(code, field, "%s", message(code)))
 }
 

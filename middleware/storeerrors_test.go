@@ -50,7 +50,7 @@ var haltingMiddleware = []struct {
 }
 
 // One error family: whichever middleware halts a command because its lock
-// store failed, the halt has the code of the one table (StoreErrorCode),
+// store failed, the halt has the code of the one table (RejectStoreError),
 // wraps the store's error, matches lockstore's sentinel of its code exactly
 // when it matches middleware's, and crosses the wire as the rejection
 // alone, which still matches its code's sentinel.
@@ -90,7 +90,7 @@ func TestStoreErrorHaltsAreOneFamily(t *testing.T) {
 				require.ErrorIs(t, err, tc.err, "the store's error is wrapped")
 				var rej *middleware.Rejection
 				require.ErrorAs(t, err, &rej)
-				require.Equal(t, middleware.StoreErrorCode(tc.err), rej.Code, "the one table's code")
+				require.Equal(t, storeCode(tc.err), rej.Code, "the one table's code")
 				for _, p := range pairs {
 					require.Equal(t, errors.Is(err, p.rejection), errors.Is(err, p.store),
 						"errors.Is(err, %v) and errors.Is(err, %v) disagree: %v", p.store, p.rejection, err)
@@ -105,7 +105,7 @@ func TestStoreErrorHaltsAreOneFamily(t *testing.T) {
 	}
 }
 
-func TestStoreErrorCode(t *testing.T) {
+func TestRejectStoreErrorCode(t *testing.T) {
 	t.Parallel()
 	for err, want := range map[error]string{
 		lockstore.ErrLocked:                          middleware.CodeLocked,
@@ -119,7 +119,7 @@ func TestStoreErrorCode(t *testing.T) {
 		lockstore.ErrClosed:       middleware.CodeUnavailable,
 		errors.New("disk full"):   middleware.CodeUnavailable,
 	} {
-		require.Equal(t, want, middleware.StoreErrorCode(err), "%v", err)
+		require.Equal(t, want, storeCode(err), "%v", err)
 	}
 }
 
@@ -150,4 +150,13 @@ func TestRejectStoreErrorBy(t *testing.T) {
 	require.Equal(t, "email", rej.Field)
 	require.ErrorIs(t, err, middleware.ErrTimeout)
 	require.ErrorIs(t, err, cause)
+}
+
+// storeCode returns the code of the rejection RejectStoreError makes of err.
+func storeCode(err error) string {
+	var rej *middleware.Rejection
+	if !errors.As(middleware.RejectStoreError(err, "", "x"), &rej) {
+		return ""
+	}
+	return rej.Code
 }

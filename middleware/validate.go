@@ -5,10 +5,10 @@ import (
 	"errors"
 )
 
-// Validator is implemented by commands that check themselves. An error
+// validator is implemented by commands that check themselves. An error
 // with a `Field() string` method names the field it concerns; the
 // commands need no import of claimbus for it.
-type Validator interface {
+type validator interface {
 	Validate() error
 }
 
@@ -18,12 +18,12 @@ type fieldError interface {
 	Field() string
 }
 
-// Validate returns a middleware that halts a command implementing
-// Validator whose Validate fails: with the *Rejection the error holds, if
+// Validate returns a middleware that halts a command with a method
+// Validate() error that fails: with the *Rejection the error holds, if
 // any, and otherwise with an `invalid` rejection (matching ErrInvalid)
 // whose message is the error's and whose field is the one named by the
-// first error in the chain with a Field() string method. Commands that do
-// not implement Validator pass through. Put it before middleware that takes
+// first error in the chain with a Field() string method. Commands without
+// that method pass through. Put it before middleware that takes
 // claims or locks, so that an invalid command takes none.
 func Validate() Middleware { return validateMiddleware{} }
 
@@ -31,7 +31,7 @@ type validateMiddleware struct{}
 
 // BeforeDispatch validates the command.
 func (validateMiddleware) BeforeDispatch(_ context.Context, p *Pipeline) {
-	v, ok := p.Command.(Validator)
+	v, ok := p.Command.(validator)
 	if !ok {
 		return
 	}

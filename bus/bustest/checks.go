@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimbus/claimbus/internal/wire"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -365,7 +367,7 @@ func checkUnknownAndPoison(e *env) {
 	unknown := message.NewMessage(uuid.NewString(), []byte("{}"))
 	require.NoError(t, h.cfg.Publisher.Publish("command.all", unknown))
 	garbage := message.NewMessage(uuid.NewString(), []byte("not json"))
-	garbage.Metadata.Set(middleware.MetadataCommandName, "bustest.echo")
+	garbage.Metadata.Set(wire.MetadataCommandName, "bustest.echo")
 	require.NoError(t, h.cfg.Publisher.Publish("command.all", garbage))
 	reasons := map[string]string{}
 	for range 3 {

@@ -13,27 +13,27 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultStream is the name of the JetStream stream of the transport.
-	DefaultStream = "CLAIMBUS"
-	// DefaultSubjectPrefix starts every subject of the transport.
-	DefaultSubjectPrefix = "claimbus"
-	// DefaultDurablePrefix starts the name of every consumer of the
+	// defaultStream is the name of the JetStream stream of the transport.
+	defaultStream = "CLAIMBUS"
+	// defaultSubjectPrefix starts every subject of the transport.
+	defaultSubjectPrefix = "claimbus"
+	// defaultDurablePrefix starts the name of every consumer of the
 	// transport.
-	DefaultDurablePrefix = "claimbus"
-	// DefaultAckWait is how long the server waits for a sign of life (an
+	defaultDurablePrefix = "claimbus"
+	// defaultAckWait is how long the server waits for a sign of life (an
 	// ack or a renewal) of the node a message was delivered to before it
 	// delivers the message again: how soon a dead node's commands come
 	// back.
-	DefaultAckWait = 5 * time.Second
-	// DefaultMaxAckPending is how many messages of one topic may be
+	defaultAckWait = 5 * time.Second
+	// defaultMaxAckPending is how many messages of one topic may be
 	// delivered and unacked at once, across every node.
-	DefaultMaxAckPending = 256
-	// DefaultRequestTimeout bounds each request to JetStream.
-	DefaultRequestTimeout = 5 * time.Second
-	// DefaultReconnectWait is the pause between two attempts to reconnect.
-	DefaultReconnectWait = 250 * time.Millisecond
-	// DefaultReplicas is how many servers keep a copy of the stream.
-	DefaultReplicas = 1
+	defaultMaxAckPending = 256
+	// defaultRequestTimeout bounds each request to JetStream.
+	defaultRequestTimeout = 5 * time.Second
+	// defaultReconnectWait is the pause between two attempts to reconnect.
+	defaultReconnectWait = 250 * time.Millisecond
+	// defaultReplicas is how many servers keep a copy of the stream.
+	defaultReplicas = 1
 )
 
 // maxReplicas is the most replicas JetStream allows.
@@ -56,18 +56,18 @@ type Config struct {
 	NodeID string
 
 	// Stream names the JetStream stream that holds every message of the
-	// transport, created by New if it is missing. Default DefaultStream.
+	// transport, created by New if it is missing. Default "CLAIMBUS".
 	// Letters, digits, - and _ only, at most 64 bytes.
 	Stream string
 
 	// SubjectPrefix starts every subject: a topic's subject is the prefix,
 	// a dot and the topic's subject form (see Transport.Subject), and the
-	// stream captures SubjectPrefix.>. Default DefaultSubjectPrefix. Tokens
+	// stream captures SubjectPrefix.>. Default "claimbus". Tokens
 	// of letters, digits, - and _, separated by dots.
 	SubjectPrefix string
 
 	// DurablePrefix starts the name of every durable consumer (see
-	// Transport.ConsumerName). Default DefaultDurablePrefix. Letters,
+	// Transport.ConsumerName). Default "claimbus". Letters,
 	// digits, - and _ only, at most 32 bytes.
 	DurablePrefix string
 
@@ -79,7 +79,7 @@ type Config struct {
 	// renewing, and its messages come back within AckWait. Keep it well
 	// below the deadlines of the senders, so that a dead node's command is
 	// handled elsewhere in time. Every node of a stream must agree: it is
-	// part of each consumer. Default DefaultAckWait.
+	// part of each consumer. Default 5 s.
 	AckWait time.Duration
 
 	// MaxAckPending bounds the messages of one topic delivered and not yet
@@ -88,21 +88,21 @@ type Config struct {
 	// them are not renewed yet, so keep MaxAckPending / (nodes ×
 	// bus.Config.HandlerConcurrency) × the slowest handler below AckWait,
 	// or such a message is delivered again while it waits. Every node must
-	// agree. Default DefaultMaxAckPending.
+	// agree. Default 256.
 	MaxAckPending int
 
 	// RequestTimeout bounds each request to JetStream: a publish waiting
 	// for the stream's acknowledgement, the ack of a command, the creation
-	// of the stream and of a consumer. Default DefaultRequestTimeout.
+	// of the stream and of a consumer. Default 5 s.
 	RequestTimeout time.Duration
 
 	// ReconnectWait is the pause between two attempts to reconnect after the
 	// connection is lost; the transport reconnects for as long as it is
-	// open. Default DefaultReconnectWait.
+	// open. Default 250 ms.
 	ReconnectWait time.Duration
 
 	// Replicas is how many servers of a NATS cluster keep the stream.
-	// Default DefaultReplicas; at most 5, and no more than the cluster has.
+	// Default 1; at most 5, and no more than the cluster has.
 	Replicas int
 
 	// MemoryStorage keeps the stream in the servers' memory instead of on
@@ -122,8 +122,8 @@ type Config struct {
 	Logger watermill.LoggerAdapter
 }
 
-// Validate reports every problem of the configuration.
-func (c Config) Validate() error {
+// validate reports every problem of the configuration.
+func (c Config) validate() error {
 	var errs []error
 	if c.NodeID == "" {
 		errs = append(errs, errors.New("natstransport: NodeID is required"))
@@ -184,14 +184,14 @@ func validSubjectPrefix(p string) bool {
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	c.Stream = cmp.Or(c.Stream, DefaultStream)
-	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, DefaultSubjectPrefix)
-	c.DurablePrefix = cmp.Or(c.DurablePrefix, DefaultDurablePrefix)
-	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
-	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
-	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
-	c.ReconnectWait = cmp.Or(c.ReconnectWait, DefaultReconnectWait)
-	c.Replicas = cmp.Or(c.Replicas, DefaultReplicas)
+	c.Stream = cmp.Or(c.Stream, defaultStream)
+	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, defaultSubjectPrefix)
+	c.DurablePrefix = cmp.Or(c.DurablePrefix, defaultDurablePrefix)
+	c.AckWait = cmp.Or(c.AckWait, defaultAckWait)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, defaultMaxAckPending)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, defaultRequestTimeout)
+	c.ReconnectWait = cmp.Or(c.ReconnectWait, defaultReconnectWait)
+	c.Replicas = cmp.Or(c.Replicas, defaultReplicas)
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}

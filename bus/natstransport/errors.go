@@ -8,19 +8,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// Errors of the transport, matched with errors.Is.
+// Errors of the transport, matched with errors.Is. After Close, Publish and
+// Subscribe fail with bus.ErrClosed, and with an empty topic (any other
+// topic has a subject, see Transport.Subject) with bus.ErrInvalidTopic.
 var (
-	// ErrClosed is returned by Publish and Subscribe after Close. It is the
-	// same value as bus.ErrClosed: one meaning, one sentinel.
-	ErrClosed = bus.ErrClosed
-	// ErrInvalidTopic is returned for an empty topic: any other topic has a
-	// subject (see Transport.Subject). It is the same value as
-	// bus.ErrInvalidTopic.
-	ErrInvalidTopic = bus.ErrInvalidTopic
 	// ErrInvalidMetadata is returned by Publish for a message whose metadata
 	// cannot travel in a NATS header unchanged: an empty key, a key with a
 	// space, a colon or a control character, a key NATS or watermill-nats

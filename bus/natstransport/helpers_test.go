@@ -62,7 +62,7 @@ func inspect(t testing.TB, url string) *inspector {
 // topic is acked. The consumer must exist.
 func (in *inspector) unsettled(tr *natstransport.Transport, topic string) int {
 	in.t.Helper()
-	info, err := in.js.ConsumerInfo(tr.Stream(), tr.ConsumerName(topic))
+	info, err := in.js.ConsumerInfo(in.stream(tr, topic), tr.ConsumerName(topic))
 	require.NoError(in.t, err)
 	return int(info.NumPending) + info.NumAckPending
 }
@@ -70,7 +70,7 @@ func (in *inspector) unsettled(tr *natstransport.Transport, topic string) int {
 // delivered returns how many deliveries topic's consumer made.
 func (in *inspector) delivered(tr *natstransport.Transport, topic string) int {
 	in.t.Helper()
-	info, err := in.js.ConsumerInfo(tr.Stream(), tr.ConsumerName(topic))
+	info, err := in.js.ConsumerInfo(in.stream(tr, topic), tr.ConsumerName(topic))
 	require.NoError(in.t, err)
 	return int(info.Delivered.Consumer)
 }
@@ -80,7 +80,7 @@ func (in *inspector) delivered(tr *natstransport.Transport, topic string) int {
 func (in *inspector) stored(tr *natstransport.Transport, topic string) int {
 	in.t.Helper()
 	subject := tr.Subject(topic)
-	info, err := in.js.StreamInfo(tr.Stream(), &nats.StreamInfoRequest{SubjectsFilter: subject})
+	info, err := in.js.StreamInfo(in.stream(tr, topic), &nats.StreamInfoRequest{SubjectsFilter: subject})
 	require.NoError(in.t, err)
 	return int(info.State.Subjects[subject])
 }
@@ -89,4 +89,12 @@ func (in *inspector) stored(tr *natstransport.Transport, topic string) int {
 func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Helper()
 	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, msg)
+}
+
+// stream returns the name of the stream that captures topic's subject.
+func (in *inspector) stream(tr *natstransport.Transport, topic string) string {
+	in.t.Helper()
+	name, err := in.js.StreamNameBySubject(tr.Subject(topic))
+	require.NoError(in.t, err)
+	return name
 }

@@ -8,6 +8,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/claimbus/claimbus/bus"
 )
 
 // publisher maps topics to subjects and reports NATS outages as
@@ -21,10 +23,10 @@ type publisher struct {
 // stops at the first that fails.
 func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.t.isClosed() {
-		return fmt.Errorf("natstransport: publish: %w", ErrClosed)
+		return fmt.Errorf("natstransport: publish: %w", bus.ErrClosed)
 	}
 	if topic == "" {
-		return fmt.Errorf("natstransport: publish: %w", ErrInvalidTopic)
+		return fmt.Errorf("natstransport: publish: %w", bus.ErrInvalidTopic)
 	}
 	subject := p.t.Subject(topic)
 	if err := p.inner.Publish(subject, msgs...); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/internal/wire"
 )
 
@@ -45,7 +46,7 @@ type subscriber struct {
 // delivered again after handBackDelay, to another node.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
-		return nil, fmt.Errorf("natstransport: subscribe: %w", ErrInvalidTopic)
+		return nil, fmt.Errorf("natstransport: subscribe: %w", bus.ErrInvalidTopic)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("natstransport: subscribe to %q: %w", topic, err)

@@ -51,7 +51,7 @@ type Transport struct {
 // server can be reached, and with ErrConfigMismatch when the stream exists
 // with other settings.
 func New(ctx context.Context, url string, cfg Config) (*Transport, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if url == "" {
@@ -140,12 +140,6 @@ func (t *Transport) Subscriber() message.Subscriber { return t.commands }
 // this node uses.
 func (t *Transport) ReplySubscriber() message.Subscriber { return t.replies }
 
-// NodeID returns the node id of the transport.
-func (t *Transport) NodeID() string { return t.cfg.NodeID }
-
-// Stream returns the name of the transport's stream.
-func (t *Transport) Stream() string { return t.cfg.Stream }
-
 // Subject returns the subject topic's messages are published to:
 // SubjectPrefix, a dot, and the topic's dot-separated parts with every
 // byte other than a letter, a digit, - or _ written as %XX (upper-case
@@ -212,7 +206,7 @@ func (t *Transport) enter() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("natstransport: subscribe: %w", ErrClosed)
+		return fmt.Errorf("natstransport: subscribe: %w", bus.ErrClosed)
 	}
 	t.wg.Add(1)
 	return nil

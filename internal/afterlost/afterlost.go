@@ -28,7 +28,8 @@ type Watcher interface {
 	WatchLost(n *Node)
 }
 
-// notifier is lockstore.LostNotifier, named here by its method alone.
+// notifier is a lock of another package that calls f itself when it is
+// lost, with the contract of lockstore.AfterLost.
 type notifier interface {
 	AfterLost(f func()) (stop func() bool)
 }

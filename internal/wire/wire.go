@@ -15,16 +15,15 @@ import (
 )
 
 // The metadata keys of claimbus messages, each defined once here and
-// exported where users meet it (middleware.MetadataCorrelationID,
-// bus.MetadataPoisonReason, ...), whose docs are their contract; the bus's
-// own keys (reply-to, command id, deadline) are documented here.
+// exported where users meet it (bus.MetadataPoisonReason, ...), whose docs
+// are their contract; the other keys are documented here.
 const (
-	// MetadataCorrelationID is middleware.MetadataCorrelationID: the key
+	// MetadataCorrelationID is the key of the correlation id: the key
 	// Watermill's CorrelationID middleware uses.
 	MetadataCorrelationID = "correlation_id"
-	// MetadataCausationID is middleware.MetadataCausationID.
+	// MetadataCausationID is the key of the causation id.
 	MetadataCausationID = "causation_id"
-	// MetadataCommandName is middleware.MetadataCommandName: the key
+	// MetadataCommandName is the key of the command's name: the key
 	// Watermill's cqrs marshalers use.
 	MetadataCommandName = "name"
 	// MetadataReplyTo, on a command message, is the reply topic of the bus
@@ -44,8 +43,8 @@ const (
 	// MetadataError, on a reply message, is the command's error as
 	// MarshalError encodes it; absent on success. It is the key
 	// replies between the nodes of a bus carry; requestreply replies built
-	// by middleware.RequestReply carry it too (middleware.MetadataError, its
-	// documented name).
+	// by middleware.RequestReply carry it too. Replies also keep the key
+	// they had before (legacyMetadataError) readable.
 	MetadataError = "claimbus_error"
 )
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -17,7 +18,7 @@ var afterLostTests = []struct {
 	name string
 	run  func(*bundle)
 }{
-	{"AfterLostLockIsLostNotifier", testAfterLostLockIsLostNotifier},
+	{"AfterLostNeedsNoGoroutine", testAfterLostNeedsNoGoroutine},
 	{"AfterLostRunsOnLoss", testAfterLostRunsOnLoss},
 	{"AfterLostNeverRunsOnRelease", testAfterLostNeverRunsOnRelease},
 	{"AfterLostStopBeforeLoss", testAfterLostStopBeforeLoss},
@@ -44,10 +45,10 @@ func (b *bundle) awaitRun(ran <-chan struct{}, what string) {
 	testwait.Recv(b.t, ran, Timeout, "%s to run", what)
 }
 
-func testAfterLostLockIsLostNotifier(b *bundle) {
+func testAfterLostNeedsNoGoroutine(b *bundle) {
 	l := b.lockNow(b.key())
-	_, ok := l.(lockstore.LostNotifier)
-	require.True(b.t, ok, "%T implements lockstore.LostNotifier: AfterLost needs no goroutine", l)
+	_, ok := l.(afterlost.Watcher)
+	require.True(b.t, ok, "%T implements afterlost.Watcher: AfterLost needs no goroutine", l)
 	require.NoError(b.t, l.Release(b.ctx))
 }
 

@@ -20,22 +20,22 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultLockConns        = 2
-	DefaultSchema           = "claimbus"
-	DefaultPollInterval     = 50 * time.Millisecond
-	DefaultLeaseBound       = 2 * time.Second
-	DefaultReconnectBackoff = time.Second
-	DefaultMaxBatch         = 512
-	DefaultConnectTimeout   = 5 * time.Second
-	// DefaultLocksPerConn is the default of Config.LocksPerConn.
-	DefaultLocksPerConn = 1000
-	// DefaultStatementTimeout is the default of Config.StatementTimeout.
-	DefaultStatementTimeout = 30 * time.Second
+	defaultLockConns        = 2
+	defaultSchema           = "claimbus"
+	defaultPollInterval     = 50 * time.Millisecond
+	defaultLeaseBound       = 2 * time.Second
+	defaultReconnectBackoff = time.Second
+	defaultMaxBatch         = 512
+	defaultConnectTimeout   = 5 * time.Second
+	// defaultLocksPerConn is the default of Config.LocksPerConn.
+	defaultLocksPerConn = 1000
+	// defaultStatementTimeout is the default of Config.StatementTimeout.
+	defaultStatementTimeout = 30 * time.Second
 
-	// MaxLockConns bounds Config.LockConns.
-	MaxLockConns = 64
-	// MaxBatchLimit bounds Config.MaxBatch.
-	MaxBatchLimit = 8192
+	// maxLockConns bounds Config.LockConns.
+	maxLockConns = 64
+	// maxBatchLimit bounds Config.MaxBatch.
+	maxBatchLimit = 8192
 
 	// firstPollInterval is the first wait between two tries of a key another
 	// node holds; it doubles up to Config.PollInterval.
@@ -50,9 +50,8 @@ const (
 // Config configures a Store. The zero value is usable: every field has a
 // default (MaxHeld's is read from the server at New).
 type Config struct {
-	// Namespaces registers namespaces under fixed numbers 0 to 99
-	// (MaxRegisteredNamespace), so that their locks are easy to read in
-	// pg_locks (classid) and cannot collide with a hashed namespace. Every
+	// Namespaces registers namespaces under fixed numbers 0 to 99, so that
+	// their locks are easy to read in pg_locks (classid) and cannot collide with a hashed namespace. Every
 	// node sharing the database must register the same map. No two names may
 	// share a number. Default: none; every namespace is hashed (see LockID).
 	Namespaces map[string]int32
@@ -179,16 +178,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate reports every problem of c at once, joined with errors.Join.
-func (c Config) Validate() error {
+// validate reports every problem of c at once, joined with errors.Join.
+func (c Config) validate() error {
 	var errs []error
 	byNumber := make(map[int32][]string)
 	for name, n := range c.Namespaces {
 		if err := (lockstore.Key{Namespace: name, ID: "x"}).Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("postgres: Config.Namespaces: name %.40q: %w", name, err))
 		}
-		if n < 0 || n > MaxRegisteredNamespace {
-			errs = append(errs, fmt.Errorf("postgres: Config.Namespaces: %q has number %d, want 0 to %d", name, n, MaxRegisteredNamespace))
+		if n < 0 || n > maxRegisteredNamespace {
+			errs = append(errs, fmt.Errorf("postgres: Config.Namespaces: %q has number %d, want 0 to %d", name, n, maxRegisteredNamespace))
 			continue
 		}
 		byNumber[n] = append(byNumber[n], name)
@@ -209,8 +208,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("postgres: Config.LockConnString: %s", redactParseError(err)))
 		}
 	}
-	if c.LockConns < 0 || c.LockConns > MaxLockConns {
-		errs = append(errs, fmt.Errorf("postgres: Config.LockConns is %d, want 0 (default %d) to %d", c.LockConns, DefaultLockConns, MaxLockConns))
+	if c.LockConns < 0 || c.LockConns > maxLockConns {
+		errs = append(errs, fmt.Errorf("postgres: Config.LockConns is %d, want 0 (default %d) to %d", c.LockConns, defaultLockConns, maxLockConns))
 	}
 	if len(c.Schema) > maxIdentifierLen || !utf8.ValidString(c.Schema) || strings.IndexByte(c.Schema, 0) >= 0 {
 		errs = append(errs, fmt.Errorf("postgres: Config.Schema %.70q is not a valid identifier (at most %d bytes of UTF-8, no NUL)", c.Schema, maxIdentifierLen))
@@ -238,7 +237,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("postgres: Config.MaxHeld is %d, want 0 (derived from the server's settings) or more", c.MaxHeld))
 	}
 	if c.LocksPerConn < 0 {
-		errs = append(errs, fmt.Errorf("postgres: Config.LocksPerConn is %d, want 0 (default %d) or more", c.LocksPerConn, DefaultLocksPerConn))
+		errs = append(errs, fmt.Errorf("postgres: Config.LocksPerConn is %d, want 0 (default %d) or more", c.LocksPerConn, defaultLocksPerConn))
 	}
 	if c.LeaseBound >= 0 && c.KeepAlive >= 0 && c.Timeout >= 0 {
 		d := c.withDefaults("x")
@@ -249,8 +248,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("postgres: Config.KeepAlive + Timeout (%v + %v) exceeds LeaseBound (%v): a healthy idle connection could lose its locks", d.KeepAlive, d.Timeout, d.LeaseBound))
 		}
 	}
-	if c.MaxBatch < 0 || c.MaxBatch > MaxBatchLimit {
-		errs = append(errs, fmt.Errorf("postgres: Config.MaxBatch is %d, want 0 (default %d) to %d", c.MaxBatch, DefaultMaxBatch, MaxBatchLimit))
+	if c.MaxBatch < 0 || c.MaxBatch > maxBatchLimit {
+		errs = append(errs, fmt.Errorf("postgres: Config.MaxBatch is %d, want 0 (default %d) to %d", c.MaxBatch, defaultMaxBatch, maxBatchLimit))
 	}
 	return errors.Join(errs...)
 }
@@ -258,18 +257,18 @@ func (c Config) Validate() error {
 // withDefaults fills the zero fields of a valid c. applicationName is the
 // pool's application_name.
 func (c Config) withDefaults(applicationName string) Config {
-	c.LockConns = cmp.Or(c.LockConns, DefaultLockConns)
-	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.LockConns = cmp.Or(c.LockConns, defaultLockConns)
+	c.Schema = cmp.Or(c.Schema, defaultSchema)
 	c.Node = cmp.Or(c.Node, applicationName, hostname())
-	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
-	c.LeaseBound = cmp.Or(c.LeaseBound, DefaultLeaseBound)
+	c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
+	c.LeaseBound = cmp.Or(c.LeaseBound, defaultLeaseBound)
 	c.KeepAlive = cmp.Or(c.KeepAlive, c.LeaseBound/4)
 	c.Timeout = cmp.Or(c.Timeout, min(c.LeaseBound/2, c.LeaseBound-c.KeepAlive))
-	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
-	c.LocksPerConn = cmp.Or(c.LocksPerConn, DefaultLocksPerConn)
-	c.StatementTimeout = cmp.Or(c.StatementTimeout, DefaultStatementTimeout)
-	c.ReconnectBackoff = cmp.Or(c.ReconnectBackoff, DefaultReconnectBackoff)
-	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, defaultConnectTimeout)
+	c.LocksPerConn = cmp.Or(c.LocksPerConn, defaultLocksPerConn)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, defaultStatementTimeout)
+	c.ReconnectBackoff = cmp.Or(c.ReconnectBackoff, defaultReconnectBackoff)
+	c.MaxBatch = cmp.Or(c.MaxBatch, defaultMaxBatch)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }

@@ -47,12 +47,12 @@ func TestConfigValidate(t *testing.T) {
 			wants: []string{"Config.LockConnString: cannot parse the connection string"}},
 		{name: "lock connection string, bad sslmode", cfg: Config{LockConnString: "postgres://db.internal/app?sslmode=bogus"},
 			wants: []string{"Config.LockConnString: cannot parse the connection string", "sslmode"}},
-		{name: "too many lock connections", cfg: Config{LockConns: MaxLockConns + 1}, wants: []string{"LockConns is 65"}},
+		{name: "too many lock connections", cfg: Config{LockConns: maxLockConns + 1}, wants: []string{"LockConns is 65"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := tt.cfg.Validate()
+			err := tt.cfg.validate()
 			if len(tt.wants) == 0 {
 				require.NoError(t, err)
 				return
@@ -68,21 +68,21 @@ func TestConfigValidate(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := Config{}.withDefaults("app-a")
-	require.Equal(t, DefaultLockConns, c.LockConns)
-	require.Equal(t, DefaultSchema, c.Schema)
+	require.Equal(t, defaultLockConns, c.LockConns)
+	require.Equal(t, defaultSchema, c.Schema)
 	require.Equal(t, "app-a", c.Node)
-	require.Equal(t, DefaultPollInterval, c.PollInterval)
-	require.Equal(t, DefaultLeaseBound, c.LeaseBound)
-	require.Equal(t, DefaultLeaseBound/4, c.KeepAlive)
-	require.Equal(t, DefaultLeaseBound/2, c.Timeout)
+	require.Equal(t, defaultPollInterval, c.PollInterval)
+	require.Equal(t, defaultLeaseBound, c.LeaseBound)
+	require.Equal(t, defaultLeaseBound/4, c.KeepAlive)
+	require.Equal(t, defaultLeaseBound/2, c.Timeout)
 	require.LessOrEqual(t, c.KeepAlive+c.Timeout, c.LeaseBound)
-	require.Equal(t, DefaultLocksPerConn, c.LocksPerConn)
-	require.Equal(t, DefaultStatementTimeout, c.StatementTimeout)
-	require.Equal(t, DefaultConnectTimeout, c.ConnectTimeout)
+	require.Equal(t, defaultLocksPerConn, c.LocksPerConn)
+	require.Equal(t, defaultStatementTimeout, c.StatementTimeout)
+	require.Equal(t, defaultConnectTimeout, c.ConnectTimeout)
 	// Timeout never reaches past the lease bound.
 	require.Equal(t, 500*time.Millisecond, Config{KeepAlive: 1500 * time.Millisecond}.withDefaults("").Timeout)
-	require.Equal(t, DefaultReconnectBackoff, c.ReconnectBackoff)
-	require.Equal(t, DefaultMaxBatch, c.MaxBatch)
+	require.Equal(t, defaultReconnectBackoff, c.ReconnectBackoff)
+	require.Equal(t, defaultMaxBatch, c.MaxBatch)
 	require.Equal(t, hostname(), Config{}.withDefaults("").Node)
 	require.Equal(t, "mine", Config{Node: "mine"}.withDefaults("app-a").Node)
 }
@@ -98,7 +98,7 @@ func TestConfigLockConnStringHidesPassword(t *testing.T) {
 		"host=db.internal password=s3cr3tpw sslmode=bogus",
 		"postgres://user:s3cr3tpw@[::1/app",
 	} {
-		err := Config{LockConnString: cs}.Validate()
+		err := Config{LockConnString: cs}.validate()
 		require.ErrorContains(t, err, "Config.LockConnString", cs)
 		require.NotContains(t, err.Error(), "s3cr3tpw", cs)
 	}

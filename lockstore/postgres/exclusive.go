@@ -38,7 +38,7 @@ import (
 // the lock was lost or could not be confirmed to the end (the run may not
 // have been alone), or lockstore.ErrClosed.
 //
-// Inside an open transaction carried by ctx (see Serialize and WithTx),
+// Inside an open transaction carried by ctx (see Serialize and Store.WithTx),
 // Exclusive is Serialize: it takes key's lock on that transaction, in a
 // savepoint, and fn gets the transaction's connection. Inside an Exclusive
 // on the same store and key, however deep, it runs fn at once on that

@@ -22,7 +22,7 @@ import (
 func newLazyStore(t *testing.T, dsn, name string, keepAlive time.Duration) *Store {
 	t.Helper()
 	cfg := Config{LockConns: 1, KeepAlive: keepAlive, PollInterval: 5 * time.Millisecond}
-	if keepAlive >= DefaultLeaseBound/4 {
+	if keepAlive >= defaultLeaseBound/4 {
 		cfg.LeaseBound = 4 * keepAlive
 	}
 	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: name}), cfg)

@@ -44,7 +44,6 @@ type pgLock struct {
 
 var (
 	_ lockstore.Lock          = (*pgLock)(nil)
-	_ lockstore.LostNotifier  = (*pgLock)(nil)
 	_ lockstore.LaterReleaser = (*pgLock)(nil)
 	_ lockstore.Prober        = (*Store)(nil)
 	_ afterlost.Watcher       = (*pgLock)(nil)
@@ -67,11 +66,6 @@ func (l *pgLock) AcquiredAt() time.Time { return l.at }
 // store then closes the connection, so the server frees the lock), or the
 // store closed.
 func (l *pgLock) Lost() <-chan struct{} { return l.lost }
-
-// AfterLost arranges for f to be called when the lock is lost (see
-// lockstore.AfterLost): in the goroutine of the lock connection that ended
-// it, once the connection's mutex is released, or in Close.
-func (l *pgLock) AfterLost(f func()) (stop func() bool) { return lockstore.AfterLost(l, f) }
 
 // WatchLost registers n to be fired when the lock is lost.
 func (l *pgLock) WatchLost(n *afterlost.Node) {

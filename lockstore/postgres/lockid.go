@@ -46,11 +46,11 @@ func fnv1a32(s string) uint32 {
 
 // Limits of namespace numbers.
 const (
-	// MaxRegisteredNamespace is the largest number a registered namespace
-	// may take (Config.Namespaces); 0 to MaxRegisteredNamespace are reserved
+	// maxRegisteredNamespace is the largest number a registered namespace
+	// may take (Config.Namespaces); 0 to maxRegisteredNamespace are reserved
 	// for registered namespaces.
-	MaxRegisteredNamespace = 99
-	firstHashedNamespace   = MaxRegisteredNamespace + 1
+	maxRegisteredNamespace = 99
+	firstHashedNamespace   = maxRegisteredNamespace + 1
 	hashedNamespaceSpan    = 1<<31 - firstHashedNamespace
 )
 

@@ -43,7 +43,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 	if pool == nil {
 		return fmt.Errorf("postgres: Migrate: nil pool")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return err
 	}
 	cc := pool.Config().ConnConfig

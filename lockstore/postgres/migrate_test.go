@@ -101,10 +101,10 @@ func TestMigrateFreshDatabase(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
 	s := newTestStore(t, pool, Config{})
-	require.Equal(t, component.All(), appliedVersions(t, pool, DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pool, defaultSchema))
 	first := drawToken(t, s)
 	s2 := newTestStore(t, pool, Config{})
-	require.Equal(t, component.All(), appliedVersions(t, pool, DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pool, defaultSchema))
 	require.Greater(t, drawToken(t, s2), first)
 }
 
@@ -134,7 +134,7 @@ func TestMigrateNodesStartingTogether(t *testing.T) {
 		require.NoError(t, errs[i], "node %d", i)
 		require.NoError(t, stores[i].Close())
 	}
-	require.Equal(t, component.All(), appliedVersions(t, pools[0], DefaultSchema))
+	require.Equal(t, component.All(), appliedVersions(t, pools[0], defaultSchema))
 }
 
 // TestNoAutoMigrate: with NoAutoMigrate, New on an empty database creates

@@ -329,7 +329,7 @@ func TestLockConnectionsCarryThePoolsSettings(t *testing.T) {
 	t.Cleanup(pool.Close)
 	admin := serialAdmin(t, dsn)
 	s := newTestStore(t, pool, Config{Schema: "locks"})
-	require.Equal(t, "node-s", s.Config().Node)
+	require.Equal(t, "node-s", s.cfg.Node)
 
 	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "ns", ID: "1"})
 	require.NoError(t, err)

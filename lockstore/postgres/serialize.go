@@ -38,7 +38,7 @@ import (
 // error the result is T's zero value; fn's ctx is cancelled when Serialize
 // returns. Close cancels fn's ctx and rolls back (lockstore.ErrClosed).
 //
-// Inside an open transaction carried by ctx (an outer Serialize, or WithTx),
+// Inside an open transaction carried by ctx (an outer Serialize, or Store.WithTx),
 // Serialize runs fn in a savepoint, taking key's lock there unless the
 // transaction holds it; when fn fails, its writes, lock and effects roll
 // back to the savepoint and the outermost fn decides the commit. Functions

@@ -30,7 +30,7 @@ func TestCloseStopsRunningAndWaitingCalls(t *testing.T) {
 	serialCounterTable(ctx, t, dsn, "heeds", "ignores")
 	pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "closing-node"})
 	s := newTestStore(t, pool, Config{LeaseBound: time.Second, KeepAlive: 200 * time.Millisecond})
-	timeout := s.Config().Timeout
+	timeout := s.cfg.Timeout
 	admin := serialAdmin(t, dsn)
 	heeds := lockstore.Key{Namespace: "close", ID: "heeds"}
 	ignores := lockstore.Key{Namespace: "close", ID: "ignores"}

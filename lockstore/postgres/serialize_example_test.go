@@ -78,7 +78,7 @@ func ExampleExclusive() {
 }
 
 // Take locks inside a transaction the caller opened and commits.
-func ExampleWithTx() {
+func ExampleStore_WithTx() {
 	ctx := context.Background()
 	err := withStore(ctx, func(store *postgres.Store, pool *pgxpool.Pool) error {
 		tx, err := pool.Begin(ctx)
@@ -86,7 +86,7 @@ func ExampleWithTx() {
 			return err
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		tctx, effects := postgres.WithTx(ctx, tx)
+		tctx, effects := store.WithTx(ctx, tx)
 		_, err = postgres.Serialize(tctx, store, lockstore.Key{Namespace: "lobby", ID: "lobby-42"},
 			func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
 				lockstore.AfterCommit(ctx, func() { fmt.Println("committed") })

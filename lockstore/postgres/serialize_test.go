@@ -286,7 +286,7 @@ func TestSerializeNesting(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		pid := tx.Conn().PgConn().PID()
-		tctx, effects := WithTx(ctx, tx)
+		tctx, effects := s.WithTx(ctx, tx)
 		ran := false
 		got, err := Serialize(tctx, s, k1, func(ctx context.Context, inner pgx.Tx) (string, error) {
 			require.Same(t, tx, inner)
@@ -333,7 +333,7 @@ func TestSerializeNesting(t *testing.T) {
 	})
 
 	t.Run("a nil transaction attached", func(t *testing.T) {
-		tctx, _ := WithTx(ctx, nil)
+		tctx, _ := s.WithTx(ctx, nil)
 		_, err := Serialize(tctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 		require.ErrorContains(t, err, "nil transaction")
 	})

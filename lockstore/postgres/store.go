@@ -109,7 +109,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New: nil pool")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	connConfig := pool.Config().ConnConfig
@@ -283,16 +283,6 @@ const maxExtraConns = 256
 
 // Pool returns the pool the store was made with (Serialize runs on it).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// Config returns the store's configuration, defaults filled in.
-func (s *Store) Config() Config {
-	c := s.cfg
-	c.Namespaces = make(map[string]int32, len(s.namespaces))
-	for name, n := range s.namespaces {
-		c.Namespaces[name] = n
-	}
-	return c
-}
 
 // checkOpen returns lockstore.ErrClosed once Close has been called.
 func (s *Store) checkOpen() error {

@@ -21,41 +21,6 @@ func txScopeFor(ctx context.Context, s *Store) *txScope {
 	return txnest.ScopeFor[*Store, pgx.Tx, LockID](ctx, s)
 }
 
-// WithTx returns a ctx that carries tx, a transaction the caller opened and
-// will end, and the effects registered in it with lockstore.AfterCommit.
-//
-// Serialize and Exclusive called with the returned ctx (on any Store of
-// tx's database) run inside tx, as nested calls do
-// (docs/lockstore.md#serialize-on-postgresql-nested-calls): each runs its
-// fn in a savepoint of tx, skips the node-local mutex, takes the key's
-// pg_advisory_xact_lock on tx (once per key: the same key again reuses the
-// lock and its token) and leaves the commit to the caller. The locks are released when tx ends. Attach only a transaction on
-// the database the stores lock on.
-//
-// The effects belong to the caller's transaction: lockstore.AfterCommit
-// inside the returned ctx registers into effects instead of running at
-// once, so nothing runs before the caller's commit. Call effects.Run after
-// tx commits; on rollback drop it. Effects never run are lost, never run
-// early.
-//
-//	tx, err := pool.Begin(ctx)
-//	if err != nil {
-//		return err
-//	}
-//	defer tx.Rollback(ctx)
-//	ctx, effects := postgres.WithTx(ctx, tx)
-//	if _, err := postgres.Serialize(ctx, store, key, work); err != nil {
-//		return err
-//	}
-//	if err := tx.Commit(ctx); err != nil {
-//		return err
-//	}
-//	effects.Run()
-func WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects) {
-	ctx, effects := lockstore.NewEffects(ctx)
-	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
-}
-
 // exclusiveScope is the session lock an Exclusive call holds, carried by
 // the ctx its fn gets. Calls of Exclusive nest: parent is the enclosing one.
 type exclusiveScope struct {
@@ -120,8 +85,41 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 	return err
 }
 
-// WithTx is the package's WithTx: the method of lockstore.TxLocker. Any
-// Store of tx's database joins tx, not only s.
+// WithTx returns a ctx that carries tx, a transaction the caller opened and
+// will end, and the effects registered in it with lockstore.AfterCommit.
+//
+// Serialize and Exclusive called with the returned ctx (on any Store of
+// tx's database) run inside tx, as nested calls do
+// (docs/lockstore.md#serialize-on-postgresql-nested-calls): each runs its
+// fn in a savepoint of tx, skips the node-local mutex, takes the key's
+// pg_advisory_xact_lock on tx (once per key: the same key again reuses the
+// lock and its token) and leaves the commit to the caller. The locks are
+// released when tx ends. Attach only a transaction on the database the
+// stores lock on.
+//
+// The effects belong to the caller's transaction: lockstore.AfterCommit
+// inside the returned ctx registers into effects instead of running at
+// once, so nothing runs before the caller's commit. Call effects.Run after
+// tx commits; on rollback drop it. Effects never run are lost, never run
+// early.
+//
+//	tx, err := pool.Begin(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback(ctx)
+//	ctx, effects := store.WithTx(ctx, tx)
+//	if _, err := postgres.Serialize(ctx, store, key, work); err != nil {
+//		return err
+//	}
+//	if err := tx.Commit(ctx); err != nil {
+//		return err
+//	}
+//	effects.Run()
+//
+// Any Store of tx's database joins tx, not only s: it is the method of
+// lockstore.TxLocker.
 func (s *Store) WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects) {
-	return WithTx(ctx, tx)
+	ctx, effects := lockstore.NewEffects(ctx)
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
 }

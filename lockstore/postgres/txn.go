@@ -56,7 +56,7 @@ var ErrOutcomeUnknown = errors.New("postgres: the commit was sent and not answer
 // connection itself went silent).
 //
 // The returned ctx, a child of ctx, carries the transaction: TxFrom finds
-// it, Serialize and Exclusive on any Store nest in it (see WithTx), and
+// it, Serialize and Exclusive on any Store nest in it (see Store.WithTx), and
 // lockstore.AfterCommit registers effects that run after Commit succeeds.
 // End the Txn with Commit or Rollback; Store.Close rolls back one that has
 // not committed yet.
