@@ -71,6 +71,7 @@ func TestStormUnderFaults(t *testing.T) {
 	var answers []answer
 	var wg sync.WaitGroup
 	var next atomic.Int64
+	var answered [3]atomic.Int64 // by node: a, b, c
 	stop := make(chan struct{})
 	for w := range 12 {
 		e := []*env{a, b, c}[w%3]
@@ -89,16 +90,25 @@ func TestStormUnderFaults(t *testing.T) {
 				mu.Lock()
 				answers = append(answers, answer{"staff-" + id, stormEmail(i), err})
 				mu.Unlock()
+				answered[w%3].Add(1)
 			}
 		})
 	}
-	time.Sleep(500 * time.Millisecond) // the storm runs before the faults
+	// grows waits until node i has answered n more commands.
+	grows := func(i int, n int64, what string) {
+		t.Helper()
+		from := answered[i].Load()
+		require.Eventually(t, func() bool { return answered[i].Load() >= from+n }, 60*time.Second, 5*time.Millisecond, what)
+	}
+	grows(0, 100, "the storm runs before the faults")
 	require.NoError(t, child.Process.Kill())
 	_ = child.Wait()
 	proxy.BlackHole()
-	time.Sleep(3 * time.Second) // node c's commands hang, their locks held at the server
+	// Node c's commands hang, their locks held at the server, until its
+	// sessions time out (2 s); the others go on meanwhile.
+	grows(0, 300, "node a goes on while node c is cut off")
 	proxy.Heal()
-	time.Sleep(time.Second)
+	grows(2, 20, "node c recovers once healed")
 	close(stop)
 	wg.Wait()
 

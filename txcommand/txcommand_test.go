@@ -424,8 +424,11 @@ func TestNestedSerializeAndAfterCommit(t *testing.T) {
 				return nil, err
 			}
 			var n int
-			if err := outer.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE id = $1", p.CommandUUID).Scan(&n); err != nil || n != 1 {
-				return nil, fmt.Errorf("nested write not in the command's transaction: %d %v", n, err)
+			if err := outer.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE id = $1", p.CommandUUID).Scan(&n); err != nil {
+				return nil, err
+			}
+			if n != 1 {
+				return nil, fmt.Errorf("nested write not in the command's transaction: %d rows", n)
 			}
 			lockstore.AfterCommit(ctx, func() { ran.Store(true) })
 			if fail {
