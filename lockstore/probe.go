@@ -4,7 +4,7 @@ import "context"
 
 // A Probe is a read a Prober runs right after it takes a key, in the same
 // round trip and on the same connection, so that a claim's lookup costs no
-// round trip of its own (see uniqueness.Probe).
+// round trip of its own (see uniqueness.FieldSQL).
 type Probe struct {
 	// SQL is a query with one parameter, $1, an array of text values; it
 	// returns one row per value that is taken, with that value as its only

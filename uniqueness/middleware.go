@@ -64,8 +64,9 @@ type group struct {
 	phase phase
 }
 
-// probe returns the lookup of a group of one value whose rule has a Probe,
-// while claiming, for the lock store to run in the lock's round trip.
+// probe returns the lookup of a group of one value whose rule has SQL
+// (FieldSQL), while claiming, for the lock store to run in the lock's
+// round trip.
 func (g *group) probe() (lockstore.Probe, bool) {
 	if len(g.targets) != 1 || g.phase != claiming {
 		return lockstore.Probe{}, false
@@ -269,7 +270,7 @@ type target struct {
 	// written the value.
 	reserved, confirmed, inherited bool
 	// probed is set when the lock's round trip answered the lookup (see
-	// Probe), and probeTaken is its answer, used by the next taken.
+	// FieldSQL), and probeTaken is its answer, used by the next taken.
 	probed, probeTaken bool
 }
 

@@ -717,9 +717,9 @@ func TestConfigValidate(t *testing.T) {
 			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
 				uniqueness.WriteBack[*commands.CreateStaff](nil)),
 		}}, []string{"nil WriteBack function"}},
-		{"empty Probe", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken, uniqueness.Probe("")),
-		}}, []string{"empty Probe SQL"}},
+		{"FieldSQL without SQL or database", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, nil, ""),
+		}}, []string{"nil database", "empty lookup SQL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
