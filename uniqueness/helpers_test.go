@@ -89,7 +89,7 @@ func emailRule(table staffTable) uniqueness.Rule { return emailRuleWith(table, t
 
 // emailRuleWith is emailRule with lookup as the lookup, and the extra
 // options.
-func emailRuleWith(table staffTable, lookup uniqueness.LookupFunc, extra ...uniqueness.Option) uniqueness.Rule {
+func emailRuleWith(table staffTable, lookup func(context.Context, string) (bool, error), extra ...uniqueness.Option) uniqueness.Rule {
 	return uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
 		func(c *commands.CreateStaff) string { return c.Email }, lookup, emailOptions(table, extra)...)
 }

@@ -15,21 +15,13 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// LookupFunc reports whether value, already normalised, is taken: whether
-// the store the handler writes to holds it now (see uniqueness/README.md
-// for what it must read).
-type LookupFunc func(ctx context.Context, value string) (bool, error)
+// valueLookup is a rule's lookup: whether value, normalised, is taken.
+type valueLookup func(ctx context.Context, value string) (bool, error)
 
 // NormalizeFunc turns a field's value into the form that is unique, such
 // as NormalizeEmail; the claim, the lookup and the handler's write must all
 // use that form.
 type NormalizeFunc func(value string) string
-
-// DoneFunc recognises a command's own earlier success, for at-least-once
-// delivery: called when the value is taken, it reports whether cmd itself
-// took it (for CreateStaff: the staff row with that email has cmd's
-// StaffID), which makes the command a redelivery whose work committed.
-type DoneFunc[C any] func(ctx context.Context, cmd C, value string) (bool, error)
 
 // NormalizeEmail trims surrounding white space and lower-cases an email
 // address, so that "  Ann@X.org" and "ann@x.org" claim the same value.
@@ -46,7 +38,7 @@ type Rule struct {
 	scope     string
 	match     func(cmd any) (value string, ok bool)
 	normalize NormalizeFunc
-	taken     LookupFunc
+	taken     valueLookup
 	// probe, set by FieldSQL, is the lookup as SQL (taken runs the same
 	// SQL) for a lockstore.Prober to run in the round trip that takes the
 	// key.
@@ -76,11 +68,13 @@ type Option struct {
 func Normalize(f NormalizeFunc) Option { return Option{normalize: f} }
 
 // AlreadyDone makes a rule recognise a redelivered command whose work
-// already committed: when the value is taken and f reports true, the
-// command is done (halted with no error, its handler not run again)
-// instead of rejected as already_taken. f must say true only for the
-// command's own committed write. C must be the rule's command type.
-func AlreadyDone[C any](f DoneFunc[C]) Option {
+// already committed, for at-least-once delivery: when the value is taken,
+// f reports whether cmd itself took it (for CreateStaff: the staff row
+// with that email has cmd's StaffID), and when it does the command is done
+// (halted with no error, its handler not run again) instead of rejected as
+// already_taken. f must say true only for the command's own committed
+// write. C must be the rule's command type.
+func AlreadyDone[C any](f func(ctx context.Context, cmd C, value string) (bool, error)) Option {
 	o := Option{doneType: reflect.TypeFor[C]()}
 	if f != nil {
 		o.done = func(ctx context.Context, cmd any, value string) (bool, error) {
@@ -113,8 +107,9 @@ type Names struct {
 //		func(c *commands.CreateStaff) string { return c.Email },
 //		staffEmailTaken, uniqueness.Normalize(uniqueness.NormalizeEmail))
 //
-// value reads the field; taken is the lookup, given the normalised value.
-// An empty value (after normalising) claims nothing: reject it with
+// value reads the field; taken is the lookup: whether value, normalised,
+// is taken, that is whether the store the handler writes to holds it now
+// (see uniqueness/README.md for what it must read). An empty value (after normalising) claims nothing: reject it with
 // validation.
 //
 // C is matched against the commands as the pipeline carries them, which
@@ -129,7 +124,7 @@ type Names struct {
 // them has is an error matching middleware.ErrUnhandledCommandType.
 //
 // Mistakes in the arguments are reported by Config.Validate.
-func Field[C any](names Names, value func(C) string, taken LookupFunc, opts ...Option) Rule {
+func Field[C any](names Names, value func(C) string, taken func(ctx context.Context, value string) (bool, error), opts ...Option) Rule {
 	var errs []error
 	if taken == nil {
 		errs = append(errs, errors.New("nil lookup"))
@@ -189,7 +184,7 @@ func FieldSQL[C any](names Names, value func(C) string, db interface {
 
 // newRule is the rule of Field and FieldSQL: taken is its lookup, probe
 // the same lookup as SQL (or empty), errs the mistakes found so far.
-func newRule[C any](names Names, value func(C) string, taken LookupFunc, probe string, errs []error, opts []Option) Rule {
+func newRule[C any](names Names, value func(C) string, taken valueLookup, probe string, errs []error, opts []Option) Rule {
 	field, scope := names.Field, names.Scope
 	r := Rule{cmdType: reflect.TypeFor[C](), field: field, scope: scope, taken: taken, probe: probe}
 	if field == "" {
