@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
@@ -716,7 +717,7 @@ func TestConfigValidate(t *testing.T) {
 				uniqueness.WriteBack[*commands.CreateStaff](nil)),
 		}}, []string{"nil WriteBack function"}},
 		{"FieldSQL without SQL or database", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
-			uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, nil, ""),
+			uniqueness.FieldSQL[*commands.CreateStaff, pgx.Rows](uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, nil, ""),
 		}}, []string{"nil database", "empty lookup SQL"}},
 	}
 	for _, tt := range tests {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -133,7 +131,8 @@ func Field[C any](names Names, value func(C) string, taken func(ctx context.Cont
 }
 
 // FieldSQL is Field with the lookup written once, as SQL on db, the
-// PostgreSQL database the handler writes to (a *pgxpool.Pool):
+// PostgreSQL database the handler writes to (a *pgxpool.Pool; R is then
+// pgx.Rows, inferred, and uniqueness itself does not import pgx):
 //
 //	uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"},
 //		func(c *commands.CreateStaff) string { return c.Email },
@@ -153,8 +152,13 @@ func Field[C any](names Names, value func(C) string, taken func(ctx context.Cont
 // connection with other keys, and the store ends one that runs longer than
 // half its round trip's time left (statement_timeout), failing that claim
 // only.
-func FieldSQL[C any](names Names, value func(C) string, db interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+func FieldSQL[C any, R interface {
+	Next() bool
+	Scan(dest ...any) error
+	Close()
+	Err() error
+}](names Names, value func(C) string, db interface {
+	Query(ctx context.Context, sql string, args ...any) (R, error)
 }, lookup string, opts ...Option,
 ) Rule {
 	var errs []error
