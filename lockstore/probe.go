@@ -4,7 +4,7 @@ import "context"
 
 // A Probe is a read a Prober runs right after it takes a key, in the same
 // round trip and on the same connection, so that a claim's lookup costs no
-// round trip of its own (see uniqueness.Probe).
+// round trip of its own (see uniqueness.FieldSQL).
 type Probe struct {
 	// SQL is a query with one parameter, $1, an array of text values; it
 	// returns one row per value that is taken, with that value as its only
@@ -15,8 +15,10 @@ type Probe struct {
 	//
 	// It runs as a statement of its own after the statement that took the
 	// lock, so it sees what was committed before the lock was granted. It
-	// runs within the store's round-trip deadline on a connection that
-	// other keys share: it must be an index lookup. It runs as a prepared
+	// runs on a connection that other keys share, within the store's
+	// round-trip deadline (the PostgreSQL store bounds it with a
+	// statement_timeout, so a slow or failing probe fails only its own
+	// request): it must be an index lookup. It runs as a prepared
 	// statement, so check its generic plan (EXPLAIN after SET
 	// plan_cache_mode = force_generic_plan): on a table that was never
 	// analyzed, email = ANY($1) is planned as a sequential scan.

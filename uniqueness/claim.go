@@ -63,7 +63,7 @@ type keyState struct {
 	// waiting counts the claimants waiting for the Locker to grant the key.
 	waiting int
 	// gen grows each time the key settles as taken: a claimant that entered
-	// under an older generation fails with ErrAlreadyTaken when granted.
+	// under an older generation fails with middleware.ErrAlreadyTaken when granted.
 	gen uint64
 	// settled is done when generation gen settles; waiters that have a
 	// claimant of this process ahead of them wait with it, so that a settle
@@ -103,7 +103,7 @@ type Claim struct {
 	// of Release report it too.
 	lost atomic.Bool
 	// onLost, guarded by sh.mu, is called once, with an error matching
-	// ErrClaimLost, if the lock is lost before the claim is released (see
+	// lockstore.ErrLockLost, if the lock is lost before the claim is released (see
 	// Claimer.watchLost).
 	onLost context.CancelCauseFunc
 	// lostSeen, guarded by sh.mu, is set once the loss of the lock was
@@ -117,15 +117,15 @@ type Claim struct {
 // Claim takes key on the Claimer's Locker, waiting first come first served
 // behind the claimants ahead of it, then runs taken while holding the key:
 //   - taken reports true: the key is released and Claim returns
-//     ErrAlreadyTaken, and every claimant queued behind this one in this
-//     process fails with ErrAlreadyTaken too, without running its lookup;
+//     middleware.ErrAlreadyTaken, and every claimant queued behind this one in this
+//     process fails with middleware.ErrAlreadyTaken too, without running its lookup;
 //   - taken reports false: the caller holds the claim until its Release;
 //   - taken fails or panics: the key is released and Claim returns a
 //     wrapped error (a *middleware.PanicError for a panic) that is not
-//     ErrAlreadyTaken; the next claimant runs its own lookup.
+//     middleware.ErrAlreadyTaken; the next claimant runs its own lookup.
 //
 // A claimant queued behind one that settles the key as taken (at its claim
-// or at its Release) fails with ErrAlreadyTaken as soon as it settles.
+// or at its Release) fails with middleware.ErrAlreadyTaken as soon as it settles.
 //
 // ctx bounds the wait and the lookup; it never bounds the holding. When it
 // ends during the wait, Claim returns its error and leaves no trace. For
@@ -191,7 +191,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		sh.leave(st)
 		sh.mu.Unlock()
 		if settled != nil && settled.Err() != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
-			return nil, ErrAlreadyTaken
+			return nil, middleware.ErrAlreadyTaken
 		}
 		return nil, fmt.Errorf("uniqueness: claim %s: %w", key, err)
 	}
@@ -219,9 +219,9 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	}
 	if stale {
 		if rerr := cl.releaseLock(context.WithoutCancel(ctx)); rerr != nil {
-			return nil, errors.Join(ErrAlreadyTaken, rerr)
+			return nil, errors.Join(middleware.ErrAlreadyTaken, rerr)
 		}
-		return nil, ErrAlreadyTaken
+		return nil, middleware.ErrAlreadyTaken
 	}
 
 	isTaken, lerr := lookup(ctx, taken)
@@ -231,9 +231,9 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		return nil, errors.Join(fmt.Errorf("uniqueness: lookup for %s: %w", key, lerr), rerr)
 	case isTaken:
 		if rerr := cl.release(context.WithoutCancel(ctx), true); rerr != nil {
-			return nil, errors.Join(ErrAlreadyTaken, rerr)
+			return nil, errors.Join(middleware.ErrAlreadyTaken, rerr)
 		}
-		return nil, ErrAlreadyTaken
+		return nil, middleware.ErrAlreadyTaken
 	}
 	return cl, nil
 }
@@ -364,7 +364,7 @@ func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
 
 // Release gives the claim up. When claimants of this process are waiting
 // for the key, it first runs the lookup again: if the value now exists,
-// each of them fails at once with ErrAlreadyTaken; otherwise, or when the
+// each of them fails at once with middleware.ErrAlreadyTaken; otherwise, or when the
 // re-check fails, the next one takes its turn and runs its own lookup. With
 // nobody waiting here the re-check is skipped (a claimant arriving later
 // runs its own lookup), which keeps an uncontended claim at one lookup.
@@ -472,9 +472,6 @@ func (cl *Claim) Key() lockstore.Key { return cl.key }
 // Token is the fencing token of the lock under the claim (see
 // lockstore.Lock.Token).
 func (cl *Claim) Token() int64 { return cl.lock.Token() }
-
-// AcquiredAt is when the lock under the claim was granted.
-func (cl *Claim) AcquiredAt() time.Time { return cl.lock.AcquiredAt() }
 
 // Lost is closed when the lock under the claim ends for any reason other
 // than Release: a lease that ran out, a lost connection, a store reset or

@@ -164,7 +164,6 @@ func TestClaimFreeValueHoldsTheKeyUntilRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, key("ann@x.org"), cl.Key())
 	require.Positive(t, cl.Token())
-	require.False(t, cl.AcquiredAt().IsZero())
 	held, err := store.Held(ctx)
 	require.NoError(t, err)
 	require.Len(t, held, 1)
@@ -186,7 +185,7 @@ func TestClaimTakenValueReleasesAndFailsWithAlreadyTaken(t *testing.T) {
 
 	cl, err := c.Claim(context.Background(), key("ann@x.org"), tb.taken("ann@x.org"))
 	require.Nil(t, cl)
-	require.ErrorIs(t, err, ErrAlreadyTaken)
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
 	require.ErrorIs(t, err, middleware.ErrAlreadyTaken, "one value for both packages")
 	var rej *middleware.Rejection
 	require.ErrorAs(t, err, &rej)
@@ -208,7 +207,7 @@ func TestClaimLookupErrorOrPanicReleasesTheKey(t *testing.T) {
 			cl, err := c.Claim(context.Background(), key("ann@x.org"), lookup)
 			require.Nil(t, cl)
 			require.Error(t, err)
-			require.NotErrorIs(t, err, ErrAlreadyTaken)
+			require.NotErrorIs(t, err, middleware.ErrAlreadyTaken)
 			require.Contains(t, err.Error(), "staff.email/ann@x.org")
 			if name == "error" {
 				require.ErrorIs(t, err, boom)
@@ -270,7 +269,7 @@ func TestReleaseAfterWriteFailsEveryWaiterFast(t *testing.T) {
 
 	for _, ch := range results {
 		r := receive(t, ch)
-		require.ErrorIs(t, r.err, ErrAlreadyTaken)
+		require.ErrorIs(t, r.err, middleware.ErrAlreadyTaken)
 		require.Nil(t, r.claim)
 	}
 	require.Zero(t, waiterLookups.Load(), "waiters behind a settled key must not run their lookups")
@@ -302,7 +301,7 @@ func TestReleaseWithoutWritePassesTheTurnOn(t *testing.T) {
 	require.True(t, tb.insert("ann@x.org"))
 	require.NoError(t, r.claim.Release(ctx))
 	r3 := receive(t, third)
-	require.ErrorIs(t, r3.err, ErrAlreadyTaken)
+	require.ErrorIs(t, r3.err, middleware.ErrAlreadyTaken)
 	require.EqualValues(t, 4, tb.lookups.Load(), "the third claimant fails on the re-check, without a lookup")
 	requireNothingHeld(t, store, c)
 }
@@ -328,7 +327,7 @@ func TestFailedReCheckLetsTheNextClaimantRunItsLookup(t *testing.T) {
 
 	err = first.Release(ctx)
 	require.ErrorIs(t, err, boom, "Release reports the failed re-check")
-	require.NotErrorIs(t, err, ErrAlreadyTaken)
+	require.NotErrorIs(t, err, middleware.ErrAlreadyTaken)
 	r := receive(t, next)
 	require.NoError(t, r.err, "a failed re-check settles nothing")
 	require.EqualValues(t, 1, tb.lookups.Load(), "the next claimant ran its own lookup")
@@ -380,7 +379,7 @@ func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
 	cancel()
 	r := receive(t, waiter)
 	require.ErrorIs(t, r.err, context.Canceled)
-	require.NotErrorIs(t, r.err, ErrAlreadyTaken)
+	require.NotErrorIs(t, r.err, middleware.ErrAlreadyTaken)
 	require.Zero(t, c.waiting(k))
 	require.Zero(t, store.Waiting(k))
 
@@ -452,9 +451,9 @@ func TestLostClaimPassesOn(t *testing.T) {
 				require.NoError(t, r3.err)
 				require.NoError(t, r3.claim.Release(ctx))
 			} else {
-				require.ErrorIs(t, r2.err, ErrAlreadyTaken)
+				require.ErrorIs(t, r2.err, middleware.ErrAlreadyTaken)
 				r3 := receive(t, third)
-				require.ErrorIs(t, r3.err, ErrAlreadyTaken)
+				require.ErrorIs(t, r3.err, middleware.ErrAlreadyTaken)
 				require.EqualValues(t, 2, tb.lookups.Load(), "the third claimant fails without a lookup")
 				require.ErrorIs(t, holder.Release(ctx), lockstore.ErrLockLost)
 			}
@@ -479,7 +478,7 @@ func TestClaimStormOneWinnerPerValue(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			cl, err := c.Claim(ctx, key(value), tb.taken(value))
-			if errors.Is(err, ErrAlreadyTaken) {
+			if errors.Is(err, middleware.ErrAlreadyTaken) {
 				taken.Add(1)
 				return
 			}
@@ -583,7 +582,7 @@ func (l *lostCause) require(t *testing.T) {
 	t.Helper()
 	select {
 	case err := <-l.ch:
-		require.ErrorIs(t, err, ErrClaimLost)
+		require.ErrorIs(t, err, lockstore.ErrLockLost)
 		require.Contains(t, err.Error(), "staff.email/ann@x.org")
 	case <-time.After(waitFor):
 		t.Fatal("the loss of the claim was not reported")

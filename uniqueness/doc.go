@@ -26,7 +26,7 @@
 // middleware.ErrAlreadyTaken that names the field; a wait longer than
 // ClaimTimeout halts it with timeout, a failed lookup or store with
 // unavailable. A claim lost while the handler runs cancels the handler's
-// context with ErrClaimLost as its cause. AfterDispatch and AfterFailure
+// context with lockstore.ErrLockLost as its cause. AfterDispatch and AfterFailure
 // release the claims; when the value now exists, the claimants queued
 // behind fail at once without a lookup of their own.
 //
@@ -34,5 +34,6 @@
 // middleware.RouterMiddleware and middleware.OnHandle
 // (middleware.ErrUnhandledCommandType),
 // so a rule cannot silently match nothing. Claimer.Claim is the claim
-// without the middleware. ErrAlreadyTaken is middleware.ErrAlreadyTaken.
+// without the middleware; it returns middleware.ErrAlreadyTaken for a taken
+// value.
 package uniqueness

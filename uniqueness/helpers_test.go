@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
@@ -88,16 +89,31 @@ func emailRule(table staffTable) uniqueness.Rule { return emailRuleWith(table, t
 
 // emailRuleWith is emailRule with lookup as the lookup, and the extra
 // options.
-func emailRuleWith(table staffTable, lookup uniqueness.LookupFunc, extra ...uniqueness.Option) uniqueness.Rule {
-	opts := append([]uniqueness.Option{
+func emailRuleWith(table staffTable, lookup func(context.Context, string) (bool, error), extra ...uniqueness.Option) uniqueness.Rule {
+	return uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
+		func(c *commands.CreateStaff) string { return c.Email }, lookup, emailOptions(table, extra)...)
+}
+
+// emailRuleSQL is emailRuleWith with the lookup written once, as lookup on
+// db (see uniqueness.FieldSQL).
+func emailRuleSQL(table staffTable, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, lookup string, extra ...uniqueness.Option,
+) uniqueness.Rule {
+	return uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"},
+		func(c *commands.CreateStaff) string { return c.Email }, db, lookup, emailOptions(table, extra)...)
+}
+
+// emailOptions are the options of the email rules: NormalizeEmail, an
+// AlreadyDone reading the owner of the email in table, and extra.
+func emailOptions(table staffTable, extra []uniqueness.Option) []uniqueness.Option {
+	return append([]uniqueness.Option{
 		uniqueness.Normalize(uniqueness.NormalizeEmail),
 		uniqueness.AlreadyDone(func(ctx context.Context, c *commands.CreateStaff, email string) (bool, error) {
 			id, err := table.owner(ctx, email)
 			return id == c.StaffID, err
 		}),
 	}, extra...)
-	return uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"},
-		func(c *commands.CreateStaff) string { return c.Email }, lookup, opts...)
 }
 
 // staffHandler is a CreateStaff handler writing to a table; it counts its

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/lockstore"
 )
 
 // A Claimer learns that a watched claim's lock was lost from the lock's
@@ -15,7 +16,7 @@ import (
 // grant at the latest.
 
 // watchLost arranges for f to be called, once, with an error matching
-// ErrClaimLost and naming the key, if cl's lock is lost before cl is
+// lockstore.ErrLockLost and naming the key, if cl's lock is lost before cl is
 // released. One function per claim: a later call replaces it. It must not
 // run at the same time as cl's Release (the middleware calls it before it
 // hands its claims on).
@@ -76,7 +77,7 @@ func (cl *Claim) takeLost() func() {
 
 // lostError is the cause given to the function of a lost claim.
 func (cl *Claim) lostError() error {
-	return fmt.Errorf("uniqueness: claim lost while the handler ran: %s: %w", cl.key, ErrClaimLost)
+	return fmt.Errorf("uniqueness: claim lost while the handler ran: %s: %w", cl.key, lockstore.ErrLockLost)
 }
 
 // unwatch forgets the claim's function and stops its registration, if

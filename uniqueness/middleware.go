@@ -22,11 +22,11 @@ import (
 // Config.ClaimTimeout is zero.
 const DefaultClaimTimeout = 15 * time.Second
 
-// AssignClaims is the key under which BeforeDispatch keeps the claims it
+// assignClaims is the key under which BeforeDispatch keeps the claims it
 // took in the pipeline's Assigns; read them with ClaimsOf.
-const AssignClaims = "uniqueness.claims"
+const assignClaims = "uniqueness.claims"
 
-// held is what BeforeDispatch keeps under AssignClaims: the claims, and the
+// held is what BeforeDispatch keeps under assignClaims: the claims, and the
 // cancel function of the handler's context; with room for the targets and
 // lookups of a command with few unique fields, so that one allocation
 // serves them all.
@@ -64,8 +64,9 @@ type group struct {
 	phase phase
 }
 
-// probe returns the lookup of a group of one value whose rule has a Probe,
-// while claiming, for the lock store to run in the lock's round trip.
+// probe returns the lookup of a group of one value whose rule has SQL
+// (FieldSQL), while claiming, for the lock store to run in the lock's
+// round trip.
 func (g *group) probe() (lockstore.Probe, bool) {
 	if len(g.targets) != 1 || g.phase != claiming {
 		return lockstore.Probe{}, false
@@ -131,14 +132,8 @@ func (g *group) taken(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// ReleaseErrorFunc is told about a claim of the command commandID (its
-// middleware.Pipeline.CommandUUID) on key whose release reported err: a
-// failed re-check, or an error matching lockstore.ErrLockLost when the
-// claim's lock was lost before the release (a lease ran out, a lock
-// connection broke) or its unlock went unconfirmed. The claim is released
-// all the same, and the error already logged (Config.Logger); the function
-// is for metrics or alerts.
-type ReleaseErrorFunc func(ctx context.Context, commandID string, key lockstore.Key, err error)
+// releaseErrorFunc is Config.OnReleaseError.
+type releaseErrorFunc = func(ctx context.Context, commandID string, key lockstore.Key, err error)
 
 // Config configures the Uniqueness middleware.
 type Config struct {
@@ -163,11 +158,16 @@ type Config struct {
 	// Default slog.Default().
 	Logger *slog.Logger
 	// OnReleaseError, when set, is also told about each release that
-	// reported an error, after it is logged. Default nil: logged only. A
-	// release the store confirms later (lockstore.ReleaseLater) reports
-	// from the store's goroutine, possibly after the command returned: it
-	// must be quick and not block.
-	OnReleaseError ReleaseErrorFunc
+	// reported an error, after it is logged: a claim of the command
+	// commandID (its middleware.Pipeline.CommandUUID) on key whose release
+	// reported err, a failed re-check or an error matching
+	// lockstore.ErrLockLost (the claim's lock was lost before the release,
+	// or its unlock went unconfirmed). The claim is released all the same;
+	// it is for metrics or alerts. Default nil: logged only. A release the
+	// store confirms later (lockstore.ReleaseLater) reports from the
+	// store's goroutine, possibly after the command returned: it must be
+	// quick and not block.
+	OnReleaseError func(ctx context.Context, commandID string, key lockstore.Key, err error)
 }
 
 // Validate reports every problem of the configuration at once.
@@ -212,7 +212,7 @@ type Middleware struct {
 	rules          []Rule
 	timeout        time.Duration
 	logger         *slog.Logger
-	onReleaseError ReleaseErrorFunc
+	onReleaseError releaseErrorFunc
 	compare        func(a, b lockstore.Key) int
 	// confirms counts the confirmations of reservations under way.
 	confirms inFlight
@@ -251,7 +251,7 @@ func New(cfg Config) (*Middleware, error) {
 // ClaimsOf returns the claims the Uniqueness middleware holds for the
 // command p carries, in the order they were taken; nil when it holds none.
 func ClaimsOf(p *middleware.Pipeline) []*Claim {
-	v, _ := p.Assigned(AssignClaims)
+	v, _ := p.Assigned(assignClaims)
 	if h, ok := v.(*held); ok {
 		return h.claims
 	}
@@ -269,14 +269,14 @@ type target struct {
 	// written the value.
 	reserved, confirmed, inherited bool
 	// probed is set when the lock's round trip answered the lookup (see
-	// Probe), and probeTaken is its answer, used by the next taken.
+	// FieldSQL), and probeTaken is its answer, used by the next taken.
 	probed, probeTaken bool
 }
 
 // BeforeDispatch claims every unique field of the command, all or nothing,
 // in the Locker's key order (so two commands sharing two values can never
 // deadlock, on any node), and keeps the claims in the pipeline
-// (AssignClaims). It halts the command, having released whatever it
+// (assignClaims). It halts the command, having released whatever it
 // claimed, with:
 //   - a rejection matching middleware.ErrAlreadyTaken and naming the field
 //     (never the value) when the value is taken;
@@ -293,7 +293,7 @@ type target struct {
 //
 // Once every claim is taken, the rules with WriteBack write their claimed
 // values into the command. The handler's context is cancelled, with
-// ErrClaimLost as its cause, when a claim is lost while the handler runs.
+// lockstore.ErrLockLost as its cause, when a claim is lost while the handler runs.
 func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
 	if m.reserves && !m.swept.Load() && m.unswept.CompareAndSwap(false, true) {
 		m.logger.LogAttrs(ctx, slog.LevelWarn, "uniqueness: a rule reserves, but no sweeper runs: start RunSweeper before the first command, "+
@@ -374,7 +374,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	for _, cl := range claims {
 		m.claimer.watchLost(cl, cancel)
 	}
-	p.Assign(AssignClaims, h)
+	p.Assign(assignClaims, h)
 	writeBack(p, targets) // after Assign: a panic in it still releases the claims
 }
 
@@ -393,7 +393,7 @@ func stepTracer(ctx context.Context, p *middleware.Pipeline) (context.Context, o
 // halt stops the command whose claim on field failed with err.
 func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets []target, field string, err error) {
 	switch {
-	case errors.Is(err, ErrAlreadyTaken):
+	case errors.Is(err, middleware.ErrAlreadyTaken):
 		for _, t := range targets {
 			if t.rule.done == nil {
 				continue
@@ -448,7 +448,7 @@ func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
 // release settles the reservations of a command that succeeded (ok) or
 // failed, releases its claims, and ends the handler's context.
 func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline, ok bool) {
-	v, _ := p.Assigned(AssignClaims)
+	v, _ := p.Assigned(assignClaims)
 	h, isHeld := v.(*held)
 	if !isHeld {
 		return

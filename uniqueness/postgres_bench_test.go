@@ -133,13 +133,13 @@ func BenchmarkPostgresStorm(b *testing.B) {
 // at 1, 8, 64 and 256 senders, in one run on one database and one pool of
 // pgBenchConns: impl=floor, the bare INSERT ... ON CONFLICT DO NOTHING;
 // impl=claimbus, CreateStaff sent with Dispatch on an in-process bus with
-// the Uniqueness middleware on the PostgreSQL store and the lookup run as a
-// uniqueness.Probe. `benchstat -col /impl` prints the ratio per senders
+// the Uniqueness middleware on the PostgreSQL store and the lookup a
+// uniqueness.FieldSQL, run in the lock's round trip. `benchstat -col /impl` prints the ratio per senders
 // count; ops/s is the throughput.
 func BenchmarkPostgresStormSenders(b *testing.B) {
 	ctx := context.Background()
 	pool, table, email := newStormTable(b)
-	rule := emailRuleWith(table, table.taken, uniqueness.Probe(staffTakenSQL))
+	rule := emailRuleSQL(table, pool, staffTakenSQL)
 	for _, senders := range []int{1, 8, 64, 256} {
 		b.Run("senders="+strconv.Itoa(senders)+"/impl=floor", func(b *testing.B) {
 			sendFrom(b, senders, func() error { return floorInsert(ctx, pool, email()) })

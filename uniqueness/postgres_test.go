@@ -43,8 +43,8 @@ func (s *pgTable) taken(ctx context.Context, email string) (bool, error) {
 	return ok, err
 }
 
-// staffTakenSQL finds which of the emails $1 are taken: the rules'
-// uniqueness.Probe.
+// staffTakenSQL finds which of the emails $1 are taken: the lookup of the
+// rules made with uniqueness.FieldSQL.
 const staffTakenSQL = "SELECT email FROM staff WHERE email = ANY($1)"
 
 func (s *pgTable) owner(ctx context.Context, email string) (string, error) {

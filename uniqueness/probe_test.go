@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
@@ -15,18 +17,22 @@ import (
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
-// countedLookup is a table's lookup that counts its calls.
-func countedLookup(table staffTable, calls *atomic.Int64) uniqueness.LookupFunc {
-	return func(ctx context.Context, email string) (bool, error) {
-		calls.Add(1)
-		return table.taken(ctx, email)
-	}
+// countedDB is a pool that counts the queries run on it: the lookups of a
+// FieldSQL rule that its probe did not answer.
+type countedDB struct {
+	pool  *pgxpool.Pool
+	calls *atomic.Int64
 }
 
-// TestProbeAnswersTheUncontendedClaim: with Probe on the PostgreSQL store,
-// an uncontended claim is answered in the lock's round trip: the rule's
-// LookupFunc never runs, a free email is created and a taken one is
-// rejected as already_taken.
+func (d countedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	d.calls.Add(1)
+	return d.pool.Query(ctx, sql, args...)
+}
+
+// TestProbeAnswersTheUncontendedClaim: with a FieldSQL rule on the
+// PostgreSQL store, an uncontended claim is answered in the lock's round
+// trip: the lookup never runs on the pool, a free email is created and a
+// taken one is rejected as already_taken.
 func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -34,7 +40,7 @@ func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
 	table := newPGTable(t, pool)
 	store := newPGStore(t, pool)
 	var lookups atomic.Int64
-	rule := emailRuleWith(table, countedLookup(table, &lookups), uniqueness.Probe(staffTakenSQL))
+	rule := emailRuleSQL(table, countedDB{pool, &lookups}, staffTakenSQL)
 	h := &staffHandler{table: table}
 	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})}}, h)
 
@@ -51,9 +57,9 @@ func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
 	requireNothingHeld(t, store)
 }
 
-// TestProbeStormAcrossTwoNodesOnPostgres is the two-node storm with Probe
-// on both nodes, where probed claims meet claims that wait and use the
-// LookupFunc: the outcome is the storm's, one handler run per email and
+// TestProbeStormAcrossTwoNodesOnPostgres is the two-node storm with a
+// FieldSQL rule on both nodes, where probed claims meet claims that wait
+// and run the lookup on the pool: the outcome is the storm's, one handler run per email and
 // the unique index never fires. (That a probe answers the uncontended
 // claim is TestProbeAnswersTheUncontendedClaim's.)
 func TestProbeStormAcrossTwoNodesOnPostgres(t *testing.T) {
@@ -71,7 +77,7 @@ func TestProbeStormAcrossTwoNodesOnPostgres(t *testing.T) {
 		store := newPGStore(t, pool)
 		t.Cleanup(func() { requireNothingHeld(t, store) })
 		h := &staffHandler{table: nodeTable}
-		rule := emailRuleWith(nodeTable, nodeTable.taken, uniqueness.Probe(staffTakenSQL))
+		rule := emailRuleSQL(nodeTable, pool, staffTakenSQL)
 		mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})
 		buses = append(buses, newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h))
 		handlers = append(handlers, h)
@@ -82,14 +88,14 @@ func TestProbeStormAcrossTwoNodesOnPostgres(t *testing.T) {
 // TestProbeFailingIsUnavailable: a probe the server refuses rejects the
 // command as unavailable, naming neither the table nor the driver, and
 // leaves the key free: the same email is then created through a rule
-// without the broken probe, on the same store.
+// with a good lookup, on the same store.
 func TestProbeFailingIsUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
 	table := newPGTable(t, pool)
 	store := newPGStore(t, pool)
-	broken := emailRuleWith(table, table.taken, uniqueness.Probe("SELECT email FROM no_such_table WHERE email = ANY($1)"))
+	broken := emailRuleSQL(table, pool, "SELECT email FROM no_such_table WHERE email = ANY($1)")
 	h := &staffHandler{table: table}
 	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{broken}})}}, h)
 
@@ -111,16 +117,19 @@ func TestProbeFailingIsUnavailable(t *testing.T) {
 }
 
 // TestProbeOnAStoreThatCannotRunIt: on a Locker that is not a
-// lockstore.Prober (the memory store) a rule with Probe uses its
-// LookupFunc.
+// lockstore.Prober (the memory store) a FieldSQL rule runs its lookup on
+// the pool.
 func TestProbeOnAStoreThatCannotRunIt(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+	table := newPGTable(t, pool)
 	var lookups atomic.Int64
-	rule := emailRuleWith(table, countedLookup(table, &lookups), uniqueness.Probe(staffTakenSQL))
+	rule := emailRuleSQL(table, countedDB{pool, &lookups}, staffTakenSQL)
 	h := &staffHandler{table: table}
 	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: newMemory(t), Rules: []uniqueness.Rule{rule}})}}, h)
 	_, err := bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "m", Email: "m@example.org", Name: "M"})
 	require.NoError(t, err)
-	require.EqualValues(t, 1, lookups.Load())
+	_, err = bus.Dispatch[string](context.Background(), b, &commands.CreateStaff{StaffID: "n", Email: "M@example.org", Name: "M"})
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
+	require.EqualValues(t, 2, lookups.Load())
 }

@@ -13,21 +13,13 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// LookupFunc reports whether value, already normalised, is taken: whether
-// the store the handler writes to holds it now (see uniqueness/README.md
-// for what it must read).
-type LookupFunc func(ctx context.Context, value string) (bool, error)
+// valueLookup is a rule's lookup: whether value, normalised, is taken.
+type valueLookup func(ctx context.Context, value string) (bool, error)
 
 // NormalizeFunc turns a field's value into the form that is unique, such
 // as NormalizeEmail; the claim, the lookup and the handler's write must all
 // use that form.
 type NormalizeFunc func(value string) string
-
-// DoneFunc recognises a command's own earlier success, for at-least-once
-// delivery: called when the value is taken, it reports whether cmd itself
-// took it (for CreateStaff: the staff row with that email has cmd's
-// StaffID), which makes the command a redelivery whose work committed.
-type DoneFunc[C any] func(ctx context.Context, cmd C, value string) (bool, error)
 
 // NormalizeEmail trims surrounding white space and lower-cases an email
 // address, so that "  Ann@X.org" and "ann@x.org" claim the same value.
@@ -44,9 +36,10 @@ type Rule struct {
 	scope     string
 	match     func(cmd any) (value string, ok bool)
 	normalize NormalizeFunc
-	taken     LookupFunc
-	// probe, when set, is the lookup as SQL for a lockstore.Prober to run
-	// in the round trip that takes the key (see Probe).
+	taken     valueLookup
+	// probe, set by FieldSQL, is the lookup as SQL (taken runs the same
+	// SQL) for a lockstore.Prober to run in the round trip that takes the
+	// key.
 	probe     string
 	done      func(ctx context.Context, cmd any, value string) (bool, error)
 	writeBack func(cmd any, value string)
@@ -57,8 +50,8 @@ type Rule struct {
 	err     error
 }
 
-// Option adds to a Rule made by Field: Normalize, AlreadyDone, WriteBack,
-// Reserve or Probe.
+// Option adds to a Rule made by Field or FieldSQL: Normalize, AlreadyDone,
+// WriteBack or Reserve.
 type Option struct {
 	normalize     NormalizeFunc
 	done          func(ctx context.Context, cmd any, value string) (bool, error)
@@ -66,37 +59,20 @@ type Option struct {
 	writeBack     func(cmd any, value string)
 	writeBackType reflect.Type
 	reserve       *reserveOption
-	probe         *string
 }
 
 // Normalize makes a rule claim and look up f(value) instead of the value
 // as the command carries it. Without it the value is used as it is.
 func Normalize(f NormalizeFunc) Option { return Option{normalize: f} }
 
-// Probe gives a rule's lookup as SQL, for a Locker that can run it in the
-// round trip that takes the key (a lockstore.Prober: the PostgreSQL store),
-// so that an uncontended claim costs one round trip for the lock and its
-// lookup together instead of two. sql has one parameter, $1, an array of
-// text values, and returns the values that are taken, one per row (see
-// lockstore.Probe):
-//
-//	uniqueness.Probe("SELECT email FROM staff WHERE email = ANY($1)")
-//
-// It must answer exactly as the rule's LookupFunc does, on the database
-// the lock store is on, and be an index lookup: it runs on a lock
-// connection that other keys share, as a prepared statement whose generic
-// plan must use the index (see lockstore.Probe). The LookupFunc is still used where
-// the probe is not: a claim that waits for the key, the re-check of a
-// release with claimants waiting, a Locker that is not a Prober, a command
-// whose values share one lock.
-func Probe(sql string) Option { return Option{probe: &sql} }
-
 // AlreadyDone makes a rule recognise a redelivered command whose work
-// already committed: when the value is taken and f reports true, the
-// command is done (halted with no error, its handler not run again)
-// instead of rejected as already_taken. f must say true only for the
-// command's own committed write. C must be the rule's command type.
-func AlreadyDone[C any](f DoneFunc[C]) Option {
+// already committed, for at-least-once delivery: when the value is taken,
+// f reports whether cmd itself took it (for CreateStaff: the staff row
+// with that email has cmd's StaffID), and when it does the command is done
+// (halted with no error, its handler not run again) instead of rejected as
+// already_taken. f must say true only for the command's own committed
+// write. C must be the rule's command type.
+func AlreadyDone[C any](f func(ctx context.Context, cmd C, value string) (bool, error)) Option {
 	o := Option{doneType: reflect.TypeFor[C]()}
 	if f != nil {
 		o.done = func(ctx context.Context, cmd any, value string) (bool, error) {
@@ -129,8 +105,9 @@ type Names struct {
 //		func(c *commands.CreateStaff) string { return c.Email },
 //		staffEmailTaken, uniqueness.Normalize(uniqueness.NormalizeEmail))
 //
-// value reads the field; taken is the lookup, given the normalised value.
-// An empty value (after normalising) claims nothing: reject it with
+// value reads the field; taken is the lookup: whether value, normalised,
+// is taken, that is whether the store the handler writes to holds it now
+// (see uniqueness/README.md for what it must read). An empty value (after normalising) claims nothing: reject it with
 // validation.
 //
 // C is matched against the commands as the pipeline carries them, which
@@ -145,10 +122,75 @@ type Names struct {
 // them has is an error matching middleware.ErrUnhandledCommandType.
 //
 // Mistakes in the arguments are reported by Config.Validate.
-func Field[C any](names Names, value func(C) string, taken LookupFunc, opts ...Option) Rule {
-	field, scope := names.Field, names.Scope
-	r := Rule{cmdType: reflect.TypeFor[C](), field: field, scope: scope, taken: taken}
+func Field[C any](names Names, value func(C) string, taken func(ctx context.Context, value string) (bool, error), opts ...Option) Rule {
 	var errs []error
+	if taken == nil {
+		errs = append(errs, errors.New("nil lookup"))
+	}
+	return newRule(names, value, taken, "", errs, opts)
+}
+
+// FieldSQL is Field with the lookup written once, as SQL on db, the
+// PostgreSQL database the handler writes to (a *pgxpool.Pool; R is then
+// pgx.Rows, inferred, and uniqueness itself does not import pgx):
+//
+//	uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"},
+//		func(c *commands.CreateStaff) string { return c.Email },
+//		pool, "SELECT email FROM staff WHERE email = ANY($1)",
+//		uniqueness.Normalize(uniqueness.NormalizeEmail))
+//
+// lookup gets the normalised values as $1, a text array, and returns one
+// row per value that is taken, with that value as its only column; a
+// value is taken when a row names it. On a Locker that is a
+// lockstore.Prober (the PostgreSQL store, on the same database) an
+// uncontended claim runs it in the round trip that takes the key, so one
+// round trip serves the lock and the lookup (see lockstore.Probe); a claim
+// that waits for the key, and the re-check of a release, run it on db with
+// $1 holding the one value, reading its rows the same way. Both answers
+// come from the one statement, so they cannot disagree. Make it an index
+// lookup whose generic plan uses the index: a probe shares a lock
+// connection with other keys, and the store ends one that runs longer than
+// half its round trip's time left (statement_timeout), failing that claim
+// only.
+func FieldSQL[C any, R interface {
+	Next() bool
+	Scan(dest ...any) error
+	Close()
+	Err() error
+}](names Names, value func(C) string, db interface {
+	Query(ctx context.Context, sql string, args ...any) (R, error)
+}, lookup string, opts ...Option,
+) Rule {
+	var errs []error
+	if db == nil {
+		errs = append(errs, errors.New("nil database"))
+	}
+	if lookup == "" {
+		errs = append(errs, errors.New("empty lookup SQL"))
+	}
+	return newRule(names, value, func(ctx context.Context, v string) (bool, error) {
+		rows, err := db.Query(ctx, lookup, []string{v})
+		if err != nil {
+			return false, err
+		}
+		defer rows.Close()
+		taken := false
+		for rows.Next() {
+			var row string
+			if err := rows.Scan(&row); err != nil {
+				return false, err
+			}
+			taken = taken || row == v
+		}
+		return taken, rows.Err()
+	}, lookup, errs, opts)
+}
+
+// newRule is the rule of Field and FieldSQL: taken is its lookup, probe
+// the same lookup as SQL (or empty), errs the mistakes found so far.
+func newRule[C any](names Names, value func(C) string, taken valueLookup, probe string, errs []error, opts []Option) Rule {
+	field, scope := names.Field, names.Scope
+	r := Rule{cmdType: reflect.TypeFor[C](), field: field, scope: scope, taken: taken, probe: probe}
 	if field == "" {
 		errs = append(errs, errors.New("empty field name"))
 	}
@@ -160,17 +202,10 @@ func Field[C any](names Names, value func(C) string, taken LookupFunc, opts ...O
 	} else {
 		r.match = matchFunc(value)
 	}
-	if taken == nil {
-		errs = append(errs, errors.New("nil lookup"))
-	}
 	for _, o := range opts {
 		switch {
 		case o.reserve != nil:
 			errs = append(errs, o.reserve.apply(&r)...)
-		case o.probe != nil && *o.probe == "":
-			errs = append(errs, errors.New("empty Probe SQL"))
-		case o.probe != nil:
-			r.probe = *o.probe
 		case o.normalize != nil:
 			r.normalize = o.normalize
 		case o.doneType != nil && o.doneType != r.cmdType:

@@ -8,11 +8,6 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// WriteBackFunc stores value, the normalised value a rule claimed, in the
-// rule's field of cmd, such as func(c *commands.CreateStaff, v string) {
-// c.Email = v }.
-type WriteBackFunc[C any] func(cmd C, value string)
-
 // WriteBack makes a rule write the value it claimed, normalised, back into
 // the command before the handler runs, so that the handler stores exactly
 // what was claimed and looked up:
@@ -28,7 +23,7 @@ type WriteBackFunc[C any] func(cmd C, value string)
 // for a value that claims nothing (empty). C must be the rule's command
 // type, and a pointer type: a rule for a non-pointer type cannot change the
 // command, and Config.Validate refuses it with WriteBack.
-func WriteBack[C any](f WriteBackFunc[C]) Option {
+func WriteBack[C any](f func(cmd C, value string)) Option {
 	o := Option{writeBackType: reflect.TypeFor[C]()}
 	if f != nil {
 		o.writeBack = func(cmd any, value string) { f(cmd.(C), value) }

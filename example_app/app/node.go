@@ -268,21 +268,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if n.model == StaffEvents {
 		staffHandler, done = n.registerStaff, uniqueness.AlreadyDone(n.registeredBy)
 	}
-	// On PostgreSQL the lookup also runs as SQL in the claim's lock round
-	// trip (Probe); on SQLite, whose store cannot, staffEmailTaken runs.
-	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail), done, uniqueness.Probe(staffEmailsTakenSQL)}
+	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail), done}
 	if cfg.reserves() {
 		opts = append(opts, uniqueness.Reserve(n.claims, cfg.maxLag()))
 	}
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker:       n.backend.Locker(),
 		ClaimTimeout: cfg.claimTimeout(),
-		Rules: []uniqueness.Rule{
-			uniqueness.Field(uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail},
-				func(c *commands.CreateStaff) string { return c.Email },
-				n.staffEmailTaken, opts...),
-		},
-		Logger: n.log,
+		Rules:        []uniqueness.Rule{n.staffEmailRule(opts...)},
+		Logger:       n.log,
 	})
 	if err != nil {
 		return nil, err

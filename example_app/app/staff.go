@@ -111,18 +111,27 @@ func (n *Node) StaffByEmail(ctx context.Context, email string) ([]Staff, error) 
 	return []Staff{s}, nil
 }
 
-// staffEmailTaken is the lookup of the email claims: it reads the staff
-// table, outside any transaction. In the table model that is the table
-// createStaff writes, in the same database; in the events model it is the
-// read model, which lags behind the events registerStaff appends (the
-// reservations cover the lag).
+// staffEmailRule is the rule that staff emails are unique. Its lookup
+// reads the staff table, outside any transaction. In the table model that
+// is the table createStaff writes, in the same database; in the events
+// model it is the read model, which lags behind the events registerStaff
+// appends (the reservations cover the lag). On PostgreSQL the lookup is
+// written once, as SQL (uniqueness.FieldSQL), which the lock store also
+// runs in the claim's lock round trip; on SQLite, whose store cannot,
+// staffEmailTaken is the lookup.
+func (n *Node) staffEmailRule(opts ...uniqueness.Option) uniqueness.Rule {
+	names := uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail}
+	email := func(c *commands.CreateStaff) string { return c.Email }
+	if pg, ok := n.backend.(pgBackend); ok {
+		return uniqueness.FieldSQL(names, email, pg.store.Pool(), `SELECT email FROM staff WHERE email = ANY($1)`, opts...)
+	}
+	return uniqueness.Field(names, email, n.staffEmailTaken, opts...)
+}
+
+// staffEmailTaken is the email rule's lookup on SQLite.
 func (n *Node) staffEmailTaken(ctx context.Context, email string) (bool, error) {
 	return n.exists(ctx, `SELECT count(*) FROM staff WHERE email = $1`, email)
 }
-
-// staffEmailsTakenSQL is staffEmailTaken as the email rule's
-// uniqueness.Probe: the emails of $1 the staff table holds.
-const staffEmailsTakenSQL = `SELECT email FROM staff WHERE email = ANY($1)`
 
 // staffCreatedBy recognises a redelivered CreateStaff whose first run
 // committed: the member with the email is the one it creates.

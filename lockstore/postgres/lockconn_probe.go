@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,17 +44,24 @@ func probesOf(batch []*request) map[string]*probeRun {
 
 // queryProbing is query of the batch statement with the probes pipelined
 // after it, in the same round trip: each probe is a statement of its own,
-// so its snapshot is taken after the batch statement took its locks. A
-// probe that fails on the server (a *pgconn.PgError: a missing table, a
-// type mismatch) fails its requests, not the connection; the server then
-// skips the rest of the pipeline, so the probes after it in the round trip
-// fail too, with its error (their claims are
-// unavailable, and their senders try again). Any other error fails the
-// round trip.
+// so its snapshot is taken after the batch statement took its locks.
+//
+// A probe runs on a connection other keys' locks share, so nothing it does
+// may end that connection: before the probes, in the same round trip, the
+// batch sets statement_timeout for the rest of its (implicit) transaction
+// to half the time left before the round trip's deadline (probeTimeout), so
+// the server ends a slow probe, with an error, before the client would
+// close the connection; the batch statement itself is not bounded, since a
+// try-lock stopped part way leaves locks behind. A probe that fails, on the
+// server (a missing table, that timeout) or in the client (a row that does
+// not scan), fails its own requests. The rest of the pipeline after a
+// failing probe goes unread (the server skips it), so the probes after it
+// are sent again, in another round trip, while time is left
+// (probeRetryLeft); those still unanswered fail. Only an error of the
+// connection fails the round trip.
 func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[string]*probeRun, args ...any) ([]int64, error) {
-	var b pgx.Batch
-	b.Queue(c.s.batchSQL, args...)
 	order := make([]*probeRun, 0, len(probes))
+	sqls := make([]string, 0, len(probes))
 	for sql, p := range probes {
 		if err := c.prepareProbe(ctx, sql); err != nil {
 			if !isServerError(err) {
@@ -61,40 +70,99 @@ func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[string]*p
 			p.err = fmt.Errorf("postgres: probe: %w", err)
 			continue
 		}
-		b.Queue(sql, p.values)
 		order = append(order, p)
+		sqls = append(sqls, sql)
 	}
 	if len(order) == 0 {
 		return c.query(ctx, c.s.batchSQL, n, args...)
 	}
-	br := c.conn.SendBatch(ctx, &b)
-	results, err := scanProbing(br, n, order)
-	if cerr := br.Close(); err == nil && cerr != nil && !isServerError(cerr) {
-		return nil, cerr
-	}
-	return results, err
-}
-
-// scanProbing reads the answers of queryProbing's batch: the batch
-// statement's results, then each probe's, in order.
-func scanProbing(br pgx.BatchResults, n int, order []*probeRun) ([]int64, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	results, err := scanResults(rows, n)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range order {
-		if p.taken, p.err = scanProbe(br); p.err != nil {
-			if !isServerError(p.err) {
-				return nil, p.err
+	var results []int64
+	for {
+		var b pgx.Batch
+		if results == nil {
+			b.Queue(c.s.batchSQL, args...)
+		}
+		b.Queue(setProbeTimeoutSQL, probeTimeout(ctx))
+		for i, p := range order {
+			b.Queue(sqls[i], p.values)
+		}
+		br := c.conn.SendBatch(ctx, &b)
+		res, settled, err := c.scanProbing(br, n, results == nil, order)
+		if cerr := br.Close(); err == nil && cerr != nil && c.conn.IsClosed() {
+			err = cerr // a probe's error leaves the connection open
+		}
+		if err != nil {
+			return nil, err
+		}
+		if results == nil {
+			results = res
+		}
+		if settled == len(order) {
+			return results, nil
+		}
+		order, sqls = order[settled:], sqls[settled:]
+		if !probeRetryLeft(ctx, c.s.cfg.Timeout) {
+			for _, p := range order {
+				p.err = errors.New("postgres: probe: not run: another probe of its round trip failed, and the round trip's time ran out")
 			}
-			p.err = fmt.Errorf("postgres: probe: %w", p.err)
+			return results, nil
 		}
 	}
-	return results, nil
+}
+
+// setProbeTimeoutSQL bounds the probes after it in its round trip: $1 is
+// statement_timeout, until the round trip's implicit transaction ends.
+const setProbeTimeoutSQL = `SELECT set_config('statement_timeout', $1, true)`
+
+// probeTimeout is the statement_timeout of the probes of a round trip
+// under ctx: half the time left before its deadline, at least 1ms, so that
+// the server's error comes back before the client gives up.
+func probeTimeout(ctx context.Context) string {
+	left := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		left = time.Until(d)
+	}
+	return strconv.FormatInt(max(left.Milliseconds()/2, 1), 10)
+}
+
+// probeRetryLeft reports whether the round trip under ctx has time left to
+// send its skipped probes again: a quarter of Config.Timeout.
+func probeRetryLeft(ctx context.Context, timeout time.Duration) bool {
+	d, ok := ctx.Deadline()
+	return !ok || time.Until(d) > timeout/4
+}
+
+// scanProbing reads the answers of one of queryProbing's batches: the
+// batch statement's results (when withBatch), the statement timeout's,
+// then each probe's, in order. It returns how many probes it settled, with
+// an answer or their own error: all, or up to and including the first that
+// failed, after which the server skipped the rest (an error on the server)
+// or pgx reads no more (one in the client). Its error is one of the batch
+// statement or of the connection.
+func (c *lockConn) scanProbing(br pgx.BatchResults, n int, withBatch bool, order []*probeRun) ([]int64, int, error) {
+	var results []int64
+	if withBatch {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, 0, err
+		}
+		if results, err = scanResults(rows, n); err != nil {
+			return nil, 0, err
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, 0, fmt.Errorf("set the probes' statement_timeout: %w", err)
+	}
+	for i, p := range order {
+		if p.taken, p.err = scanProbe(br); p.err != nil {
+			if c.conn.IsClosed() {
+				return nil, 0, p.err
+			}
+			p.err = fmt.Errorf("postgres: probe: %w", p.err)
+			return results, i + 1, nil
+		}
+	}
+	return results, len(order), nil
 }
 
 // isServerError reports whether err is an error the server answered (a

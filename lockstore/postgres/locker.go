@@ -194,10 +194,12 @@ func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock,
 // TryLockProbe is TryLock that also runs probe in the round trip that
 // takes the key (see lockstore.Prober): probe.SQL is pipelined after the
 // batch statement, on the lock connection, once for every request of that
-// round trip with the same SQL. When the probe fails on the server, the
-// key is unlocked and TryLockProbe returns an error (not matching
-// lockstore.ErrLocked or lockstore.ErrUnavailable) naming the server's
-// error.
+// round trip with the same SQL, under a statement_timeout of half the
+// time left to the round trip. When the probe fails (on the server, by
+// that timeout, or with a row that does not scan), the key is unlocked and
+// TryLockProbe returns an error (not matching lockstore.ErrLocked or
+// lockstore.ErrUnavailable) naming the probe's error; the other locks on
+// the connection are not affected.
 func (s *Store) TryLockProbe(ctx context.Context, key lockstore.Key, probe lockstore.Probe) (lockstore.Lock, bool, error) {
 	if probe.SQL == "" {
 		return nil, false, fmt.Errorf("postgres: probe of %s: %w", key, errEmptyProbe)
