@@ -447,8 +447,7 @@ func (n *Node) txCommand(cfg Config) (*txcommand.Middleware, error) {
 		opts = append(opts, txcommand.Reserve())
 	}
 	return txcommand.New(txcommand.Config{
-		Locks:  pg.store,
-		Claims: claims,
+		Backend: txcommand.Postgres(pg.store, claims),
 		Rules: []txcommand.Rule{txcommand.Unique(uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail},
 			func(c *commands.CreateStaff) string { return c.Email }, `SELECT 1 FROM staff WHERE email = $1`, opts...)},
 		Idempotency:  &txcommand.Idempotency{Key: idempotencyKey, Retention: cmp.Or(cfg.IdempotencyRetention, DefaultIdempotencyRetention)},
