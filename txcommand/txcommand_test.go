@@ -597,7 +597,7 @@ func testNestedSerializeAndAfterCommit(t *testing.T, d *testDB) {
 				return nil, err
 			}
 			if n, err := txCount(ctx, "SELECT count(*) FROM outbox WHERE id = $1", p.CommandUUID); err != nil || n != 1 {
-				return nil, fmt.Errorf("nested write not in the command's transaction: %d %v", n, err)
+				return nil, fmt.Errorf("nested write not in the command's transaction: %d %w", n, err)
 			}
 			lockstore.AfterCommit(ctx, func() { ran.Store(true) })
 			if fail {

@@ -16,8 +16,6 @@ import (
 
 // Store is the claimstore.Store on SQLite: see New. Its Tx methods run its
 // statements in a transaction of the caller (see txcommand).
-var _ claimstore.Store = (*Store)(nil)
-
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
@@ -27,6 +25,8 @@ type Store struct {
 	// stores and processes are waited for by the busy timeout.
 	gate chan struct{}
 }
+
+var _ claimstore.Store = (*Store)(nil)
 
 // New returns a Store on two tables of db, a modernc.org/sqlite
 // handle (see lockstore/sqlite.DSN for a connection string that suits).
