@@ -219,7 +219,8 @@ func (e *env) waiters(t testing.TB, key lockstore.Key) int {
 // held returns how many locks are held.
 func (e *env) held(t testing.TB) int {
 	if e.kind == onPostgres {
-		return e.count(t, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+		// pg_locks shows the whole server's: this database's only.
+		return e.count(t, "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory' AND d.datname = current_database()")
 	}
 	held, err := e.llocks.Held(context.Background())
 	require.NoError(t, err)
