@@ -159,10 +159,8 @@ func TestServeFlags(t *testing.T) {
 	withNATS.transport, withNATS.natsURL = "nats", "nats://127.0.0.1:4222, tls://user:pw@nats-2:4222"
 	require.NoError(t, withNATS.validate())
 	events := valid
-	events.staffModel, events.projectionLag, events.maxLag, events.reservations = "events", time.Second, 2*time.Second, true
+	events.staffModel, events.projectionLag, events.reservations = "events", time.Second, true
 	require.NoError(t, events.validate())
-	events.reservations, events.maxLag = false, time.Second
-	require.NoError(t, events.validate(), "without reservations max-lag is not compared with the lag")
 
 	tests := []struct {
 		name string
@@ -191,12 +189,9 @@ func TestServeFlags(t *testing.T) {
 		{"trace", func(f *serveFlags) { f.trace = "jaeger" }, []string{`-trace "jaeger": want off or stdout`}},
 		{"hold email", func(f *serveFlags) { f.holdEmail = "nope" }, []string{"-test-hold-email"}},
 		{"staff model", func(f *serveFlags) { f.staffModel = "ledger" }, []string{`-staff-model "ledger": want table or events`}},
-		{"events flags without the events model", func(f *serveFlags) { f.eventsOnly = []string{"projection-lag", "max-lag"} },
-			[]string{"-projection-lag, -max-lag is for -staff-model events"}},
-		{"max lag not above the projection lag", func(f *serveFlags) {
-			f.staffModel, f.projectionLag, f.maxLag, f.reservations = "events", 2*time.Second, 2*time.Second, true
-		}, []string{"-max-lag 2s is not above -projection-lag 2s"}},
-		{"negative projection lag", func(f *serveFlags) { f.staffModel, f.projectionLag, f.maxLag = "events", -1, time.Second },
+		{"events flags without the events model", func(f *serveFlags) { f.eventsOnly = []string{"projection-lag", "reservations"} },
+			[]string{"-projection-lag, -reservations is for -staff-model events"}},
+		{"negative projection lag", func(f *serveFlags) { f.staffModel, f.projectionLag = "events", -1 },
 			[]string{"-projection-lag -1ns is negative"}},
 		{"everything at once", func(f *serveFlags) {
 			*f = serveFlags{addr: "x", transport: "kafka", logLevel: "loud"}

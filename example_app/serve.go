@@ -57,12 +57,11 @@ type serveFlags struct {
 	dataSet bool
 	// natsURL is the NATS server(s) of -transport nats.
 	natsURL string
-	// staffModel, projectionLag, reservations and maxLag are the staff
-	// model's flags; eventsOnly names the events model's flags given.
+	// staffModel, projectionLag and reservations are the staff model's
+	// flags; eventsOnly names the events model's flags given.
 	staffModel    string
 	projectionLag time.Duration
 	reservations  bool
-	maxLag        time.Duration
 	eventsOnly    []string
 	// trace is where spans go: traceOff or traceStdout.
 	trace string
@@ -72,7 +71,7 @@ type serveFlags struct {
 func (f serveFlags) appConfig(cfg app.Config) app.Config {
 	cfg.StaffModel = app.StaffModel(f.staffModel)
 	if cfg.StaffModel == app.StaffEvents {
-		cfg.ProjectionLag, cfg.DisableReservations, cfg.MaxLag = f.projectionLag, !f.reservations, f.maxLag
+		cfg.ProjectionLag, cfg.DisableReservations = f.projectionLag, !f.reservations
 	}
 	return cfg
 }
@@ -134,12 +133,11 @@ func (f serveFlags) modelNote() string {
 	if app.StaffModel(f.staffModel) != app.StaffEvents {
 		return ""
 	}
-	return fmt.Sprintf(", staff model events (projection lag %v, reservations %v, max lag %v)", f.projectionLag, f.reservations, f.maxLag)
+	return fmt.Sprintf(", staff model events (projection lag %v, reservations %v)", f.projectionLag, f.reservations)
 }
 
 // validateModel reports the problems of the staff model's flags: an
-// unknown model, the events model's flags without it, a negative lag, and
-// a -max-lag that is not above -projection-lag while reservations are on.
+// unknown model, the events model's flags without it, a negative lag.
 func (f serveFlags) validateModel() []error {
 	var errs []error
 	switch app.StaffModel(cmp.Or(f.staffModel, string(app.StaffTable))) {
@@ -154,12 +152,6 @@ func (f serveFlags) validateModel() []error {
 	}
 	if f.projectionLag < 0 {
 		errs = append(errs, fmt.Errorf("-projection-lag %v is negative", f.projectionLag))
-	}
-	if f.maxLag <= 0 {
-		errs = append(errs, fmt.Errorf("-max-lag %v: it must be positive", f.maxLag))
-	} else if f.reservations && f.maxLag <= f.projectionLag {
-		errs = append(errs, fmt.Errorf("-max-lag %v is not above -projection-lag %v: a reservation would expire before the read model shows its email, and let a duplicate through (raise -max-lag well above the lag)",
-			f.maxLag, f.projectionLag))
 	}
 	return errs
 }
@@ -208,7 +200,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"`model` of the staff: table (CreateStaff inserts the member; the claims read that table) or events (CreateStaff appends a StaffRegistered event; a projection fills the read model that the claims and GET /staff read, -projection-lag later)")
 	fs.DurationVar(&f.projectionLag, "projection-lag", 0, "with -staff-model events: how long after a sign-up the projection applies it to the read model")
 	fs.BoolVar(&f.reservations, "reservations", true, "with -staff-model events: reserve each email until the read model shows it (false lets duplicates through while the read model lags; the backstop counts them)")
-	fs.DurationVar(&f.maxLag, "max-lag", app.DefaultMaxLag, "with -staff-model events on SQLite: how long a reservation whose node died keeps its email taken; well above -projection-lag (on PostgreSQL the reservations commit with the events)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug logs every command; info, warn, error")
 	// The fault tests' flag is parsed like the others, and left out of the
 	// help: it is not for people.
@@ -226,7 +217,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(fl *flag.Flag) {
 		f.dataSet = f.dataSet || fl.Name == "data"
 		switch fl.Name {
-		case "projection-lag", "reservations", "max-lag":
+		case "projection-lag", "reservations":
 			f.eventsOnly = append(f.eventsOnly, fl.Name)
 		}
 	})

@@ -28,7 +28,7 @@ func TestThreeNodesEventsModel(t *testing.T) {
 			dsn := pgtest.DSN(t)
 			nodes := startNodes(t, bin, dsn, []string{"a", "b", "c"},
 				"-transport", transport, "-staff-model", "events", "-projection-lag", "300ms")
-			require.Contains(t, nodes[0].out.String(), "staff model events (projection lag 300ms, reservations true, max lag 30s)")
+			require.Contains(t, nodes[0].out.String(), "staff model events (projection lag 300ms, reservations true)")
 			pool := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "observer"})
 			c := newClient(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -3,6 +3,7 @@ package txcommand_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -16,10 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cspostgres "github.com/claimbus/claimbus/claimstore/postgres"
+	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/internal/faultproxy"
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
+	locksqlite "github.com/claimbus/claimbus/lockstore/sqlite"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/txcommand"
 )
@@ -27,14 +31,15 @@ import (
 // The crash tests stop a command at one of its steps, then kill the
 // process running it (kill -9) or end its database session
 // (pg_terminate_backend), and send the command again with the same key
-// on another node.
+// on another node (on SQLite, in the next process on the file).
 
 // Steps a command is stopped at.
 const (
-	stepLocked      = "locked"      // the locks granted and the lookups done: the handler starts
-	stepWritten     = "written"     // the handler's write sent and answered
-	stepCommitSent  = "commit-sent" // COMMIT sent: the server runs a slow deferred trigger
-	stepCommitAnswd = "committed"   // COMMIT answered
+	stepLocked      = "locked"       // the locks granted and the lookups done: the handler starts
+	stepWritten     = "written"      // the handler's write sent and answered
+	stepCommitSent  = "commit-sent"  // COMMIT sent: the server runs a slow deferred trigger
+	stepAfterCommit = "after-commit" // COMMIT answered: the AfterCommit effects run
+	stepCommitAnswd = "committed"    // COMMIT answered, the middleware returned
 )
 
 // slowCommit makes COMMIT of a transaction that appended an event whose
@@ -48,9 +53,11 @@ END $$;
 CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON staff_events
 	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();`
 
-// Environment of the child process: the database and the step to stop at.
+// Environment of the child process: the database (a PostgreSQL DSN or a
+// SQLite file's path) and the step to stop at.
 const (
 	childDSN  = "TXCOMMAND_CRASH_DSN"
+	childPath = "TXCOMMAND_CRASH_PATH"
 	childStep = "TXCOMMAND_CRASH_STEP"
 )
 
@@ -64,6 +71,9 @@ func stopAt(step string, at func()) (middleware.HandlerFunc, middleware.Middlewa
 		res, err := register(ctx, p)
 		if err == nil && step == stepWritten {
 			at()
+		}
+		if step == stepAfterCommit {
+			lockstore.AfterCommit(ctx, at)
 		}
 		return res, err
 	}
@@ -79,23 +89,12 @@ func stopAt(step string, at func()) (middleware.HandlerFunc, middleware.Middlewa
 // stops at the step, printing the step's name, until it is killed.
 func crashChild() int {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv(childDSN)+"&application_name=crash-child")
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
-	locks, err := postgres.New(ctx, pool, postgres.Config{})
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
-	claims, err := cspostgres.New(ctx, pool, cspostgres.Config{})
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
 	cfg := fullConfig()
-	cfg.Locks, cfg.Claims = locks, claims
+	var err error
+	if cfg.Backend, err = childBackend(ctx); err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
 	m, err := txcommand.New(cfg)
 	if err != nil {
 		fmt.Println("error:", err)
@@ -122,6 +121,32 @@ func crashChild() int {
 	_, err = r.Run(ctx, p, h)
 	fmt.Println("returned:", err)
 	select {}
+}
+
+// childBackend is the child's backend on its database.
+func childBackend(ctx context.Context) (txcommand.Backend, error) {
+	if path := os.Getenv(childPath); path != "" {
+		db, err := sql.Open("sqlite", locksqlite.DSN(path, 5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		locks, err := locksqlite.New(ctx, db, locksqlite.Config{})
+		if err != nil {
+			return nil, err
+		}
+		claims, err := cssqlite.New(ctx, db, cssqlite.Config{})
+		return txcommand.SQLite(locks, claims), err
+	}
+	pool, err := pgxpool.New(ctx, os.Getenv(childDSN)+"&application_name=crash-child")
+	if err != nil {
+		return nil, err
+	}
+	locks, err := postgres.New(ctx, pool, postgres.Config{})
+	if err != nil {
+		return nil, err
+	}
+	claims, err := cspostgres.New(ctx, pool, cspostgres.Config{})
+	return txcommand.Postgres(locks, claims), err
 }
 
 // crashEmail is the email of the command stopped at step.
@@ -165,26 +190,38 @@ func repeatAndCheck(t *testing.T, e *env, step string, committed bool) {
 	} else {
 		require.Equal(t, "staff-crash-"+step, res)
 	}
-	var events, reservations, outcomes int
-	require.NoError(t, e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM staff_events WHERE email = $1),
-		(SELECT count(*) FROM claimbus.claim_reservation WHERE id = $1),
-		(SELECT count(*) FROM claimbus.claim_outcome WHERE id = $2)`, crashEmail(step), "crash-"+step).Scan(&events, &reservations, &outcomes))
+	rs, oc := e.claimTables()
+	events := e.count(t, "SELECT count(*) FROM staff_events WHERE email = $1", crashEmail(step))
+	reservations := e.count(t, "SELECT count(*) FROM "+rs+" WHERE id = $1", crashEmail(step))
+	outcomes := e.count(t, "SELECT count(*) FROM "+oc+" WHERE id = $1", "crash-"+step)
 	require.Equal(t, [3]int{1, 1, 1}, [3]int{events, reservations, outcomes}, "one event, one reservation, one outcome")
 	_, err = e.send(ctx, "other-"+step, crashEmail(step), register)
 	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
 }
 
 // TestKilledAtEachStep kills a real child process (kill -9) at each step
-// of a command, then repeats the command on another node.
-func TestKilledAtEachStep(t *testing.T) {
-	dsn := newDB(t)
-	setup := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "watch"})
-	_, err := setup.Exec(context.Background(), slowCommit)
-	require.NoError(t, err)
-	e := newNode(t, dsn, "node-b", fullConfig())
-	for _, step := range []string{stepLocked, stepWritten, stepCommitSent, stepCommitAnswd} {
+// of a command, then repeats the command on another node (on SQLite, in
+// this process once the child is gone: one process at a time has the
+// file). SQLite has no step between COMMIT sent and COMMIT answered.
+func TestKilledAtEachStep(t *testing.T) { eachBackend(t, testKilledAtEachStep) }
+
+func testKilledAtEachStep(t *testing.T, pgDB *testDB) {
+	steps := []string{stepLocked, stepWritten, stepAfterCommit, stepCommitAnswd}
+	var setup *pgxpool.Pool
+	if pgDB.kind == onPostgres {
+		setup = pgtest.Connect(t, pgDB.dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "watch"})
+		_, err := setup.Exec(context.Background(), slowCommit)
+		require.NoError(t, err)
+		steps = append(steps, stepCommitSent)
+	}
+	for _, step := range steps {
 		t.Run(step, func(t *testing.T) {
-			cmd := startChild(t, dsn, step, "at "+step)
+			d, env := pgDB, childDSN+"="+pgDB.dsn
+			if d.kind == onSQLite {
+				d = newTestDB(t, onSQLite) // a fresh file, that no store of this process holds
+				env = childPath + "=" + d.path
+			}
+			cmd := startChild(t, env, step, "at "+step)
 			if step == stepCommitSent {
 				waitCommitSent(t, setup, "crash-child")
 			}
@@ -192,7 +229,7 @@ func TestKilledAtEachStep(t *testing.T) {
 			_ = cmd.Wait()
 			// A COMMIT on its way when the client died still commits: the
 			// server finishes it.
-			repeatAndCheck(t, e, step, step == stepCommitSent || step == stepCommitAnswd)
+			repeatAndCheck(t, d.node(t, "node-b", fullConfig()), step, step != stepLocked && step != stepWritten)
 		})
 	}
 }
@@ -245,7 +282,7 @@ func TestSessionEndedAtEachStep(t *testing.T) {
 func mustNew(t *testing.T, e *env) *txcommand.Middleware {
 	t.Helper()
 	cfg := fullConfig()
-	cfg.Locks, cfg.Claims = e.locks, e.claims
+	cfg.Backend = e.backend
 	m, err := txcommand.New(cfg)
 	require.NoError(t, err)
 	return m
@@ -285,11 +322,12 @@ func TestCommitUnansweredIsOutcomeUnknown(t *testing.T) {
 }
 
 // startChild starts the test binary as a child process running step on
-// dsn (see crashChild), and returns once it printed want.
-func startChild(t *testing.T, dsn, step, want string) *exec.Cmd {
+// the database env names (see crashChild), and returns once it printed
+// want.
+func startChild(t *testing.T, env, step, want string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childDSN+"="+dsn, childStep+"="+step)
+	cmd.Env = append(os.Environ(), env, childStep+"="+step)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr

@@ -61,7 +61,7 @@ func TestStormUnderFaults(t *testing.T) {
 	u.Host = proxy.Addr()
 	c := newNodeWith(t, u.String(), "node-c", cfg, 2*time.Second)
 
-	child := startChild(t, dsn, "storm", "storming")
+	child := startChild(t, childDSN+"="+dsn, "storm", "storming")
 
 	type answer struct {
 		staff, email string

@@ -38,28 +38,23 @@ func (m *Middleware) Sweep(ctx context.Context) (uniqueness.SweepResult, error) 
 
 // sweepScope sweeps the reservations of r's scope.
 func (m *Middleware) sweepScope(ctx context.Context, r *Rule, res *uniqueness.SweepResult) error {
-	pool := m.locks.Pool()
+	claims := m.backend.reservations()
 	after := ""
 	for {
-		page, err := m.claims.List(ctx, r.names.Scope, after, sweepPage)
+		page, err := claims.List(ctx, r.names.Scope, after, sweepPage)
 		if err != nil {
 			return err
 		}
 		for _, rv := range page {
-			rows, err := pool.Query(ctx, r.lookup, rv.Key.ID)
+			shown, err := m.backend.shown(ctx, r.lookup, rv.Key.ID)
 			if err != nil {
-				return fmt.Errorf("lookup of %s: %w", rv.Key, err)
-			}
-			shown := rows.Next()
-			rows.Close()
-			if err := rows.Err(); err != nil {
 				return fmt.Errorf("lookup of %s: %w", rv.Key, err)
 			}
 			if !shown {
 				res.Kept++
 				continue
 			}
-			if err := m.claims.Drop(ctx, rv.Key); err != nil {
+			if err := claims.Drop(ctx, rv.Key); err != nil {
 				return err
 			}
 			res.Dropped++

@@ -9,10 +9,7 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/claimbus/claimbus/claimstore"
-	cspostgres "github.com/claimbus/claimbus/claimstore/postgres"
 	"github.com/claimbus/claimbus/idempotency"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
@@ -61,8 +58,9 @@ func Reserve() RuleOption { return func(r *Rule) { r.reserve = true } }
 // within names.Scope. lookup is SQL run in the command's transaction,
 // after the value's lock is granted and in the same round trip: it gets
 // the normalised value as $1 (text) and returns a row when the value is
-// taken, such as "SELECT 1 FROM staff WHERE email = $1". It runs in the
-// transaction, so it sees every committed write; make it an index lookup.
+// taken, such as "SELECT 1 FROM staff WHERE email = $1" (SQLite reads $1
+// too). It runs in the transaction, so it sees every committed write;
+// make it an index lookup.
 // An empty value claims nothing: reject it with validation.
 func Unique[C any](names uniqueness.Names, value func(C) string, lookup string, opts ...RuleOption) Rule {
 	r := Rule{cmdType: reflect.TypeFor[C](), names: names, lookup: lookup}
@@ -114,13 +112,10 @@ type Idempotency struct {
 
 // Config configures the Middleware.
 type Config struct {
-	// Locks is the lock store on the database the transaction runs on:
-	// the transaction takes a connection of its pool, its node-local
-	// turns and its lock ids. Required.
-	Locks *postgres.Store
-	// Claims keeps the reservations and outcomes, on the same database.
-	// Required when a rule reserves or Idempotency is set.
-	Claims *cspostgres.Store
+	// Backend is the database the transactions run on, with its lock and
+	// claim stores: Postgres(locks, claims) or SQLite(locks, claims).
+	// Required.
+	Backend Backend
 	// Rules name the unique fields, made with Unique.
 	Rules []Rule
 	// Idempotency, when set, answers every repeat of a key with the
@@ -139,8 +134,8 @@ type Config struct {
 // Validate reports every problem of the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Locks == nil {
-		errs = append(errs, errors.New("txcommand: Config.Locks is nil (give the lockstore/postgres store on the handler's database)"))
+	if c.Backend == nil {
+		errs = append(errs, errors.New("txcommand: Config.Backend is nil (txcommand.Postgres or txcommand.SQLite)"))
 	}
 	if c.ClaimTimeout < 0 {
 		errs = append(errs, fmt.Errorf("txcommand: Config.ClaimTimeout is negative (%v)", c.ClaimTimeout))
@@ -166,8 +161,8 @@ func (c Config) Validate() error {
 		seen[field{r.cmdType, r.names.Field}] = true
 		needClaims = needClaims || r.reserve
 	}
-	if needClaims && c.Claims == nil {
-		errs = append(errs, errors.New("txcommand: Config.Claims is nil, and a rule reserves or Idempotency is set (give the claimstore/postgres store on the same database)"))
+	if c.Backend != nil {
+		errs = append(errs, c.Backend.check(needClaims))
 	}
 	if id := c.Idempotency; id != nil {
 		if id.Key == nil {
@@ -180,12 +175,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Middleware runs each command in a transaction on PostgreSQL that holds
+// Middleware runs each command in a transaction of its Backend that holds
 // its claims, and commits its writes, its reservations and its outcome
 // together (see the package documentation). It is safe for concurrent use.
 type Middleware struct {
-	locks       *postgres.Store
-	claims      *cspostgres.Store
+	backend     Backend
 	rules       []Rule
 	key         idempotency.KeyFunc // nil: no idempotency
 	retention   time.Duration
@@ -202,8 +196,7 @@ func New(cfg Config) (*Middleware, error) {
 		return nil, err
 	}
 	m := &Middleware{
-		locks:   cfg.Locks,
-		claims:  cfg.Claims,
+		backend: cfg.Backend,
 		rules:   append([]Rule(nil), cfg.Rules...),
 		timeout: cmp.Or(cfg.ClaimTimeout, uniqueness.DefaultClaimTimeout),
 		logger:  cmp.Or(cfg.Logger, slog.Default()),
@@ -226,7 +219,7 @@ const assignRun = "txcommand.run"
 
 // run is one command's transaction and what its first round trip read.
 type run struct {
-	txn *postgres.Txn
+	txn txn
 	// key is the idempotency key (zero without one), fp the payload's
 	// fingerprint, o and found the stored outcome.
 	key    lockstore.Key
@@ -250,13 +243,12 @@ const savepoint = "claimbus_command"
 
 // BeforeDispatch opens the command's transaction: it takes the locks of
 // the command's idempotency key and unique values, reads the key's
-// outcome and looks the values up, all in one round trip, then either
-// answers the command (a stored outcome, already_taken) and rolls back,
-// or lets it run in the transaction, which the handler's ctx carries
-// (postgres.TxFrom).
+// outcome and looks the values up (in one round trip on PostgreSQL), then
+// either answers the command (a stored outcome, already_taken) and rolls
+// back, or lets it run in the transaction, which the handler's ctx
+// carries (postgres.TxFrom, or lockstore/sqlite.TxFrom).
 func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline) {
 	r := &run{}
-	var b pgx.Batch
 	var keys []lockstore.Key
 	if m.key != nil {
 		if id := m.key(p); id != "" {
@@ -273,7 +265,6 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 			}
 			r.fp = fp
 			keys = append(keys, r.key)
-			m.claims.QueueOutcome(&b, r.key, &r.o, &r.found)
 		}
 	}
 	for i := range m.rules {
@@ -299,24 +290,8 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	if len(keys) == 0 {
 		return
 	}
-	for i := range r.checks {
-		c := &r.checks[i]
-		if c.rule.reserve {
-			m.claims.QueueLookup(&b, c.key, c.rule.lookup, &c.taken, &c.owner)
-			continue
-		}
-		b.Queue(c.rule.lookup, c.key.ID).Query(func(rows pgx.Rows) error {
-			c.taken = rows.Next()
-			rows.Close()
-			return rows.Err()
-		})
-	}
-	if r.key != (lockstore.Key{}) {
-		b.Queue("savepoint " + savepoint)
-	}
-
 	sctx, end := observe.StartStep(p.Context(), observe.StepClaimWait, p.CommandName)
-	txn, tctx, err := postgres.Begin(sctx, m.locks, keys, m.timeout, &b)
+	txn, tctx, err := m.backend.begin(sctx, keys, m.timeout, r)
 	end(err)
 	if err != nil {
 		m.haltBegin(ctx, p, err)
@@ -324,7 +299,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 	}
 	r.txn = txn
 	if m.answered(p, r) {
-		_ = txn.Rollback()
+		_ = txn.rollback()
 		return
 	}
 	p.SetContext(tctx)
@@ -368,33 +343,33 @@ func (m *Middleware) haltBegin(ctx context.Context, p *middleware.Pipeline, err 
 	}
 }
 
-// AfterDispatch commits: the reservations and the outcome are written in
-// the round trip of COMMIT. A failed commit fails the command, with a
-// rejection matching middleware.ErrNotApplied, or ErrOutcomeUnknown when
-// COMMIT was sent and not answered.
+// AfterDispatch commits: the reservations and the outcome are written
+// with COMMIT (in its round trip on PostgreSQL). A failed commit fails
+// the command, with a rejection matching middleware.ErrNotApplied, or
+// ErrOutcomeUnknown when COMMIT was sent to PostgreSQL and not answered.
 func (m *Middleware) AfterDispatch(ctx context.Context, p *middleware.Pipeline) {
 	r := runOf(p)
 	if r == nil {
 		return
 	}
-	var b pgx.Batch
+	w := writes{owner: p.CommandUUID, key: r.key, retention: m.retention}
 	for _, c := range r.checks {
 		if c.rule.reserve {
-			m.claims.QueueReserve(&b, c.key, p.CommandUUID)
+			w.reserve = append(w.reserve, c.key)
 		}
 	}
 	if r.key != (lockstore.Key{}) {
 		o, _, err := idempotency.OutcomeOf(p, r.fp)
 		if err != nil {
 			// Committed without its outcome, a repeat would run again.
-			_ = r.txn.Rollback()
+			_ = r.txn.rollback()
 			p.Fail(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeNotApplied, "",
 				"the command's result cannot be stored: nothing applied"), err))
 			return
 		}
-		m.claims.QueueSaveOutcome(&b, r.key, o, m.retention)
+		w.outcome = o
 	}
-	if err := r.txn.Commit(ctx, &b); err != nil {
+	if err := r.txn.commit(ctx, w); err != nil {
 		p.Fail(commitError(err))
 	}
 }
@@ -408,19 +383,14 @@ func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
 		return
 	}
 	if o, final, _ := idempotency.OutcomeOf(p, r.fp); final && r.key != (lockstore.Key{}) {
-		var b pgx.Batch
-		b.Queue("rollback to savepoint " + savepoint)
-		m.claims.QueueSaveOutcome(&b, r.key, o, m.retention)
-		{
-			if err := r.txn.Commit(ctx, &b); err != nil {
-				m.logger.LogAttrs(ctx, slog.LevelWarn, "txcommand: the outcome of a final rejection was not stored: a repeat runs again",
-					slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
-			}
-			return
+		if err := r.txn.commit(ctx, writes{undo: true, key: r.key, outcome: o, retention: m.retention}); err != nil {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "txcommand: the outcome of a final rejection was not stored: a repeat runs again",
+				slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
 		}
+		return
 	}
-	if err := r.txn.Rollback(); err != nil {
-		m.logger.LogAttrs(ctx, slog.LevelWarn, "txcommand: rollback failed (the server ends the transaction with its session)",
+	if err := r.txn.rollback(); err != nil {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "txcommand: rollback failed (the transaction ends with its session or connection)",
 			slog.String("command_id", p.CommandUUID), slog.Any("error", err))
 	}
 }

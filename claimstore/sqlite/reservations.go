@@ -25,7 +25,7 @@ const reserveSQL = `INSERT INTO claimbus_reservation (namespace, id, owner, conf
 	RETURNING owner, confirmed, at`
 
 // Reserve implements claimstore.Reservations, in one statement.
-func (s *store) Reserve(ctx context.Context, key lockstore.Key, owner string, maxLag time.Duration) (claimstore.Reservation, bool, error) {
+func (s *Store) Reserve(ctx context.Context, key lockstore.Key, owner string, maxLag time.Duration) (claimstore.Reservation, bool, error) {
 	if err := claimcheck.Reserve(ctx, key, owner, maxLag); err != nil {
 		return claimstore.Reservation{}, false, err
 	}
@@ -56,7 +56,7 @@ func (s *store) Reserve(ctx context.Context, key lockstore.Key, owner string, ma
 }
 
 // Confirm implements claimstore.Reservations.
-func (s *store) Confirm(ctx context.Context, key lockstore.Key, owner string) error {
+func (s *Store) Confirm(ctx context.Context, key lockstore.Key, owner string) error {
 	if err := claimcheck.Owned(ctx, key, owner); err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func (s *store) Confirm(ctx context.Context, key lockstore.Key, owner string) er
 }
 
 // Cancel implements claimstore.Reservations.
-func (s *store) Cancel(ctx context.Context, key lockstore.Key, owner string) error {
+func (s *Store) Cancel(ctx context.Context, key lockstore.Key, owner string) error {
 	if err := claimcheck.Owned(ctx, key, owner); err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (s *store) Cancel(ctx context.Context, key lockstore.Key, owner string) err
 }
 
 // Drop implements claimstore.Reservations.
-func (s *store) Drop(ctx context.Context, key lockstore.Key) error {
+func (s *Store) Drop(ctx context.Context, key lockstore.Key) error {
 	if err := claimcheck.Key(ctx, key); err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (s *store) Drop(ctx context.Context, key lockstore.Key) error {
 }
 
 // exec runs a write statement of op.
-func (s *store) exec(ctx context.Context, op, q string, args ...any) error {
+func (s *Store) exec(ctx context.Context, op, q string, args ...any) error {
 	err := s.write(ctx, func() error {
 		_, err := s.db.ExecContext(ctx, q, args...)
 		return err
@@ -108,7 +108,7 @@ func (s *store) exec(ctx context.Context, op, q string, args ...any) error {
 }
 
 // List implements claimstore.Reservations.
-func (s *store) List(ctx context.Context, namespace, after string, limit int) ([]claimstore.Reservation, error) {
+func (s *Store) List(ctx context.Context, namespace, after string, limit int) ([]claimstore.Reservation, error) {
 	if err := claimcheck.List(ctx, namespace, limit); err != nil {
 		return nil, err
 	}

@@ -14,8 +14,9 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 )
 
-// store is the claimstore.Store of New.
-type store struct {
+// Store is the claimstore.Store on SQLite: see New. Its Tx methods run its
+// statements in a transaction of the caller (see txcommand).
+type Store struct {
 	db  *sql.DB
 	now func() time.Time
 	// gate lets one write statement of the store run at a time: SQLite has
@@ -25,7 +26,9 @@ type store struct {
 	gate chan struct{}
 }
 
-// New returns a claimstore.Store on two tables of db, a modernc.org/sqlite
+var _ claimstore.Store = (*Store)(nil)
+
+// New returns a Store on two tables of db, a modernc.org/sqlite
 // handle (see lockstore/sqlite.DSN for a connection string that suits).
 // The store is safe for concurrent use; it starts no goroutine and needs
 // no Close, and it does not own db. It fails with
@@ -33,7 +36,7 @@ type store struct {
 // connections have no busy timeout. It brings the tables
 // claimbus_reservation and claimbus_outcome up to date (see Migrations), or
 // with Config.NoAutoMigrate only checks their version; ctx bounds that.
-func New(ctx context.Context, db *sql.DB, cfg Config) (claimstore.Store, error) {
+func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: New: nil *sql.DB")
 	}
@@ -52,11 +55,11 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (claimstore.Store, error) 
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil
 }
 
 // write runs f, a write statement, alone among the store's writes.
-func (s *store) write(ctx context.Context, f func() error) error {
+func (s *Store) write(ctx context.Context, f func() error) error {
 	select {
 	case s.gate <- struct{}{}:
 	case <-ctx.Done():
@@ -67,7 +70,7 @@ func (s *store) write(ctx context.Context, f func() error) error {
 }
 
 // nowNanos reads the store's clock.
-func (s *store) nowNanos() int64 { return s.now().UnixNano() }
+func (s *Store) nowNanos() int64 { return s.now().UnixNano() }
 
 // after returns t + d in nanoseconds, saturated at the end of time.
 func after(t int64, d time.Duration) int64 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
+	"github.com/claimbus/claimbus/lockstore/sqlite"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -57,10 +58,13 @@ func (n *Node) dbError(ctx context.Context, err error) error {
 func (n *Node) db() querier { return checkedQuerier{n: n, q: n.backend.db()} }
 
 // q runs statements in the command's transaction when ctx carries one
-// (txcommand's, on PostgreSQL), and as db does otherwise.
+// (txcommand's), and as db does otherwise.
 func (n *Node) q(ctx context.Context) querier {
 	if tx, ok := postgres.TxFrom(ctx); ok {
 		return checkedQuerier{n: n, q: pgQuerier{tx}}
+	}
+	if tx, ok := sqlite.TxFrom(ctx); ok {
+		return checkedQuerier{n: n, q: sqlQuerier{tx}}
 	}
 	return n.db()
 }

@@ -21,8 +21,10 @@
 // With Config.StaffModel StaffEvents, CreateStaff appends a StaffRegistered
 // event and a projection applies it to the staff read model
 // Config.ProjectionLag later; the lookup reads the lagging read model, so
-// each email is reserved (uniqueness.Reserve) until the read model shows
-// it. A CreateStaff with an IdempotencyKey goes through the idempotency
+// each email is reserved until the read model shows it. CreateStaff runs
+// in one transaction (txcommand) that commits the event, the reservation
+// and the IdempotencyKey's outcome together. In the table model a
+// CreateStaff with an IdempotencyKey goes through the idempotency
 // middleware before the claims. example_app/README.md describes both.
 //
 // A Node is a bus with the handlers, over a Backend: SQLiteBackend for the

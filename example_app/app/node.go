@@ -13,6 +13,7 @@ import (
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/claimstore"
 	claimpg "github.com/claimbus/claimbus/claimstore/postgres"
+	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/idempotency"
 	"github.com/claimbus/claimbus/lockstore"
@@ -107,20 +108,15 @@ type Config struct {
 	// reading a read model that lags, then lets duplicates through (the
 	// backstop counts them). For the demo.
 	DisableReservations bool
-	// MaxLag is how long a reservation whose owner is gone keeps its email
-	// taken while the read model does not show it (uniqueness.Reserve), on
-	// SQLite. It must be above ProjectionLag plus a sign-up's run. On
-	// PostgreSQL the reservations commit with the events and none is ever
-	// in doubt: MaxLag does not apply. Default DefaultMaxLag.
-	MaxLag time.Duration
 	// SweepInterval is how often the node sweeps the reservations
-	// ((*uniqueness.Middleware).RunSweeper), in the events model with
+	// ((*txcommand.Middleware).RunSweeper), in the events model with
 	// reservations. Default DefaultSweepInterval.
 	SweepInterval time.Duration
 	// Claims keeps the reservations and the outcomes of the sign-ups sent
-	// with an Idempotency-Key. Every node of one database must share it.
-	// Default: the backend's durable store in its database
-	// (claimstore/postgres, claimstore/sqlite).
+	// with an Idempotency-Key. Every node of one database must share it;
+	// the events model needs the backend's durable store. Default: the
+	// backend's durable store in its database (claimstore/postgres,
+	// claimstore/sqlite).
 	Claims claimstore.Store
 	// IdempotencyRetention is how long the answer of a sign-up sent with an
 	// Idempotency-Key is kept: a repeat within it gets that answer. Default
@@ -135,8 +131,6 @@ type Config struct {
 
 // Defaults of the Config fields of the claims.
 const (
-	// DefaultMaxLag is the MaxLag of a Config that sets none.
-	DefaultMaxLag = 30 * time.Second
 	// DefaultSweepInterval is the SweepInterval of a Config that sets none.
 	DefaultSweepInterval = 10 * time.Second
 	// DefaultIdempotencyRetention is the IdempotencyRetention of a Config
@@ -146,12 +140,6 @@ const (
 
 // staffModel is the staff model of c.
 func (c Config) staffModel() StaffModel { return cmp.Or(c.StaffModel, StaffTable) }
-
-// onPostgres reports whether c's backend is PostgreSQL.
-func (c Config) onPostgres() bool { return c.Backend != nil && c.Backend.Name() == "postgres" }
-
-// maxLag is the MaxLag of c.
-func (c Config) maxLag() time.Duration { return cmp.Or(c.MaxLag, DefaultMaxLag) }
 
 // reserves reports whether the email claims reserve.
 func (c Config) reserves() bool { return c.staffModel() == StaffEvents && !c.DisableReservations }
@@ -194,16 +182,10 @@ func (c Config) validateModel() []error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ProjectionLag", c.ProjectionLag}, {"MaxLag", c.MaxLag}, {"SweepInterval", c.SweepInterval}, {"IdempotencyRetention", c.IdempotencyRetention}} {
+	}{{"ProjectionLag", c.ProjectionLag}, {"SweepInterval", c.SweepInterval}, {"IdempotencyRetention", c.IdempotencyRetention}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("app: Config.%s is negative (%v)", d.name, d.v))
 		}
-	}
-	// On PostgreSQL the reservations commit with the events (txcommand):
-	// none is ever in doubt, so MaxLag does not apply there.
-	if c.reserves() && !c.onPostgres() && c.ProjectionLag >= 0 && c.maxLag() <= c.ProjectionLag {
-		errs = append(errs, fmt.Errorf("app: Config.MaxLag (%v) is not above the projection lag (%v): a reservation would expire before the read model shows its email, and let a duplicate through",
-			c.maxLag(), c.ProjectionLag))
 	}
 	return errs
 }
@@ -222,8 +204,8 @@ type Node struct {
 	model          StaffModel
 	claims         claimstore.Store
 	unique         *uniqueness.Middleware
-	// txMode is the events model's transactional middleware on
-	// PostgreSQL, nil otherwise; sweeper sweeps the email reservations.
+	// txMode is the events model's transactional middleware, nil in the
+	// table model; sweeper sweeps the email reservations.
 	txMode  *txcommand.Middleware
 	sweeper interface {
 		Sweep(ctx context.Context) (uniqueness.SweepResult, error)
@@ -269,9 +251,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		staffHandler, done = n.registerStaff, uniqueness.AlreadyDone(n.registeredBy)
 	}
 	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail), done}
-	if cfg.reserves() {
-		opts = append(opts, uniqueness.Reserve(n.claims, cfg.maxLag()))
-	}
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker:       n.backend.Locker(),
 		ClaimTimeout: cfg.claimTimeout(),
@@ -293,10 +272,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The events model on PostgreSQL runs CreateStaff in one transaction
-	// (txcommand): the event, the email's reservation and the
-	// Idempotency-Key's outcome commit together. Elsewhere the claims are
-	// session locks beside the handler's writes.
+	// The events model runs CreateStaff in one transaction (txcommand):
+	// the event, the email's reservation and the Idempotency-Key's outcome
+	// commit together. In the table model the claims are session locks
+	// beside the handler's writes.
 	claiming := []middleware.Middleware{
 		idem, // before the claims: a repeat is answered without claiming
 		unique,
@@ -428,21 +407,31 @@ func (n *Node) Sweep(ctx context.Context) (uniqueness.SweepResult, error) {
 	return n.sweeper.Sweep(ctx)
 }
 
-// txCommand returns the transactional middleware of the events model on
-// PostgreSQL, and nil for the other models and backends.
+// txCommand returns the transactional middleware of the events model,
+// and nil in the table model.
 func (n *Node) txCommand(cfg Config) (*txcommand.Middleware, error) {
-	pg, ok := n.backend.(pgBackend)
-	claims, isPG := n.claims.(*claimpg.Store)
-	if n.model != StaffEvents || !ok || !isPG {
+	if n.model != StaffEvents {
 		return nil, nil
+	}
+	var backend txcommand.Backend
+	if b, ok := n.backend.(pgBackend); ok {
+		if claims, ok := n.claims.(*claimpg.Store); ok {
+			backend = txcommand.Postgres(b.store, claims)
+		}
+	} else if b, ok := n.backend.(sqliteBackend); ok {
+		if claims, ok := n.claims.(*cssqlite.Store); ok {
+			backend = txcommand.SQLite(b.store, claims)
+		}
+	}
+	if backend == nil {
+		return nil, fmt.Errorf("app: the events model needs the backend's durable claim store (Config.Claims unset), not a %T", n.claims)
 	}
 	opts := []txcommand.RuleOption{txcommand.Normalize(uniqueness.NormalizeEmail)}
 	if cfg.reserves() {
 		opts = append(opts, txcommand.Reserve())
 	}
 	return txcommand.New(txcommand.Config{
-		Locks:  pg.store,
-		Claims: claims,
+		Backend: backend,
 		Rules: []txcommand.Rule{txcommand.Unique(uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail},
 			func(c *commands.CreateStaff) string { return c.Email }, `SELECT 1 FROM staff WHERE email = $1`, opts...)},
 		Idempotency:  &txcommand.Idempotency{Key: idempotencyKey, Retention: cmp.Or(cfg.IdempotencyRetention, DefaultIdempotencyRetention)},

@@ -17,13 +17,9 @@ import (
 
 // registerStaff handles CreateStaff in the events model: it appends the
 // StaffRegistered event and publishes it to the projection once it has
-// committed. On PostgreSQL the handler runs in the command's transaction
-// (txcommand), which holds the email's lock, looked the email up, and
-// commits the email's reservation and the Idempotency-Key's outcome with
-// the event. On SQLite the Uniqueness middleware holds the claim beside
-// the append, and the handler confirms the reservation at once
-// (uniqueness.Committed: the email stays taken whatever happens next,
-// until the read model shows it).
+// committed. The handler runs in the command's transaction (txcommand),
+// which holds the email's lock, looked the email up, and commits the
+// email's reservation and the Idempotency-Key's outcome with the event.
 func (n *Node) registerStaff(ctx context.Context, c *commands.CreateStaff) (Staff, error) {
 	s := newStaff(c)
 	q := n.q(ctx)
@@ -43,14 +39,7 @@ func (n *Node) registerStaff(ctx context.Context, c *commands.CreateStaff) (Staf
 		ev.EventID, ev.StaffID, ev.Email, ev.Name, ev.CommandID, ev.RecordedAt.UnixNano()); err != nil {
 		return Staff{}, err
 	}
-	if n.txMode == nil {
-		if err := uniqueness.Committed(ctx); err != nil {
-			// The after hooks confirm it again; until then the reservation
-			// is pending, and keeps the email taken up to MaxLag.
-			n.log.WarnContext(ctx, "reservation not confirmed after the append", "command_id", ev.CommandID, "error", err)
-		}
-	}
-	// After the commit (at once outside a transaction). A node that dies
+	// After the commit. A node that dies
 	// before publishing leaves the event to the catch-up of the next start.
 	lockstore.AfterCommit(ctx, func() {
 		if err := n.projection.publish(context.WithoutCancel(ctx), ev); err != nil {

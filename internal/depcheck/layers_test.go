@@ -59,8 +59,8 @@ var layers = map[string]rule{
 		why: "a middleware on the claim store, beside uniqueness; never the bus",
 	},
 	"txcommand": {
-		may: []string{"middleware", "lockstore", "lockstore/postgres", "claimstore", "claimstore/postgres", "idempotency", "uniqueness", "observe"},
-		why: "commands in one PostgreSQL transaction: the middleware on the PostgreSQL stores, beside uniqueness and idempotency; never the bus",
+		may: []string{"middleware", "lockstore", "lockstore/postgres", "lockstore/sqlite", "claimstore", "claimstore/postgres", "claimstore/sqlite", "idempotency", "uniqueness", "observe"},
+		why: "commands in one SQL transaction: the middleware on the PostgreSQL or SQLite stores, beside uniqueness and idempotency; never the bus",
 	},
 	"bus": {
 		may: []string{"middleware"},

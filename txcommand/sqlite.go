@@ -1,0 +1,121 @@
+package txcommand
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/claimbus/claimbus/claimstore"
+	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
+	"github.com/claimbus/claimbus/lockstore"
+	locksqlite "github.com/claimbus/claimbus/lockstore/sqlite"
+)
+
+// SQLite returns the backend on SQLite: locks is the lock store on the
+// handler's database file (the transaction holds its in-process locks
+// and its write gate), claims keeps the reservations and outcomes in the
+// same file (nil when no rule reserves and idempotency is not set). The
+// handler finds the *sql.Tx with lockstore/sqlite.TxFrom.
+func SQLite(locks *locksqlite.Store, claims *cssqlite.Store) Backend {
+	return sqliteBackend{locks: locks, claims: claims}
+}
+
+type sqliteBackend struct {
+	locks  *locksqlite.Store
+	claims *cssqlite.Store
+}
+
+func (b sqliteBackend) check(needClaims bool) error {
+	return checkStores(b.locks == nil, needClaims && b.claims == nil, "sqlite")
+}
+
+// begin runs the reads one after the other in the transaction of
+// lockstore/sqlite.Begin.
+func (b sqliteBackend) begin(ctx context.Context, keys []lockstore.Key, wait time.Duration, r *run) (txn, context.Context, error) {
+	t, tctx, err := locksqlite.Begin(ctx, b.locks, keys, wait)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.read(tctx, t.Tx(), r); err != nil {
+		return nil, nil, errors.Join(err, t.Rollback())
+	}
+	return sqliteTxn{t, b.claims}, tctx, nil
+}
+
+func (b sqliteBackend) read(ctx context.Context, tx *sql.Tx, r *run) error {
+	var err error
+	if r.key != (lockstore.Key{}) {
+		if r.o, r.found, err = b.claims.TxOutcome(ctx, tx, r.key); err != nil {
+			return err
+		}
+	}
+	for i := range r.checks {
+		c := &r.checks[i]
+		if c.rule.reserve {
+			c.taken, c.owner, err = b.claims.TxLookup(ctx, tx, c.key, c.rule.lookup)
+		} else {
+			c.taken, err = exists(ctx, tx, c.rule.lookup, c.key.ID)
+		}
+		if err != nil {
+			return fmt.Errorf("lookup of %s: %w", c.key, err)
+		}
+	}
+	if r.key != (lockstore.Key{}) {
+		_, err = tx.ExecContext(ctx, "savepoint "+savepoint)
+	}
+	return err
+}
+
+// exists runs lookup for id with q.
+func exists(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, lookup, id string) (bool, error) {
+	var taken bool
+	err := q.QueryRowContext(ctx, "SELECT EXISTS ("+lookup+")", id).Scan(&taken)
+	return taken, err
+}
+
+func (b sqliteBackend) reservations() claimstore.Reservations { return b.claims }
+
+func (b sqliteBackend) shown(ctx context.Context, lookup, id string) (bool, error) {
+	return exists(ctx, b.locks.DB(), lookup, id)
+}
+
+type sqliteTxn struct {
+	t      *locksqlite.Txn
+	claims *cssqlite.Store
+}
+
+// commit runs w's statements, then COMMIT. A failed COMMIT on a local
+// file has rolled back: nothing committed.
+func (t sqliteTxn) commit(ctx context.Context, w writes) error {
+	if err := t.write(ctx, w); err != nil {
+		return errors.Join(fmt.Errorf("txcommand: not committed: %w", err), t.t.Rollback())
+	}
+	return t.t.Commit()
+}
+
+func (t sqliteTxn) write(ctx context.Context, w writes) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx := t.t.Tx()
+	if w.undo {
+		if _, err := tx.ExecContext(ctx, "rollback to savepoint "+savepoint); err != nil {
+			return err
+		}
+	}
+	for _, k := range w.reserve {
+		if err := t.claims.TxReserve(ctx, tx, k, w.owner); err != nil {
+			return err
+		}
+	}
+	if w.key != (lockstore.Key{}) {
+		return t.claims.TxSaveOutcome(ctx, tx, w.key, w.outcome, w.retention)
+	}
+	return nil
+}
+
+func (t sqliteTxn) rollback() error { return t.t.Rollback() }
