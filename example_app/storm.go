@@ -27,7 +27,8 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			"-requests in all: its req/s is what the answers let through, not a capacity.\n"+
 			"Open loop (-rate): -rate requests a second start on schedule for -duration, whatever the\n"+
 			"answers' latency (at most -max-in-flight at once, the rest dropped); -find-rate steps the\n"+
-			"rate up, -rate-step times each step, until p99 > -p99 or fewer than 99% are answered.\n\n")
+			"rate up, -rate-step times each step, until p99 > -p99 or fewer than 99% are answered,\n"+
+			"twice at a rate.\n\n")
 		fs.PrintDefaults()
 	}
 	cfg := storm.Config{Stderr: stderr}
@@ -48,7 +49,7 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.Duration, "duration", storm.DefaultDuration, "open loop: how long it lasts, or each step of -find-rate")
 	fs.Float64Var(&cfg.Dup, "dup", storm.DefaultDup, "open loop: the share of requests whose email an earlier one used (0 to below 1)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", storm.DefaultMaxInFlight, "open loop: a request due while this many are in flight is dropped, not sent")
-	fs.BoolVar(&cfg.FindRate, "find-rate", false, "open loop: step the rate up until p99 > -p99 or fewer than 99% are answered (not 5xx), and print the last rate within")
+	fs.BoolVar(&cfg.FindRate, "find-rate", false, "open loop: step the rate up until p99 > -p99 or fewer than 99% are answered (not 5xx) twice at a rate, and print the last rate within")
 	fs.DurationVar(&cfg.P99, "p99", storm.DefaultP99, "-find-rate: the bound on p99")
 	fs.Float64Var(&cfg.RateStep, "rate-step", storm.DefaultRateStep, "-find-rate: each step's rate over the one before's")
 	progress := fs.String("progress", string(storm.ProgressAuto), "auto (a bar on a terminal, lines otherwise), bar, lines (one a second on stderr) or off")

@@ -96,7 +96,8 @@ type Search struct {
 	MaxInFlight int
 	Timeout     time.Duration
 	Duration    time.Duration
-	// Steps are the open loops, one a rate, in order.
+	// Steps are the open loops in order: one a rate, two for a rate whose
+	// first was beyond the bounds.
 	Steps []*Report
 	// Sustained is the rate of the last step within the bounds, 0 when
 	// the first was not.
@@ -116,7 +117,8 @@ func (s *Search) OK() bool {
 // RunSearch runs the search cfg describes (cfg.FindRate): open loops of
 // cfg.Duration from cfg.Rate up, each RateStep times the one before,
 // until a step's p99 is above cfg.P99 or fewer than 99% of its requests
-// are answered (a 5xx is no answer here, and no broken guarantee). Each
+// are answered (a 5xx is no answer here, and no broken guarantee), twice
+// in a row at the same rate. Each
 // step is checked as Run checks a storm; the search stops at a step that
 // broke a guarantee. Its errors are Run's.
 func RunSearch(ctx context.Context, cfg Config) (*Search, error) {
@@ -136,9 +138,20 @@ func RunSearch(ctx context.Context, cfg Config) (*Search, error) {
 	for seed == 0 {
 		seed = newPlan(0, 1, 1, 1).seed
 	}
-	for k, rate := 0, cfg.Rate; rate <= MaxRate; k, rate = k+1, math.Round(rate*cfg.RateStep) {
-		r, err := c.storm(ctx, cfg, nodes, seed+int64(k), rate)
+	k := int64(0)
+	step := func(rate float64) (*Report, error) {
+		r, err := c.storm(ctx, cfg, nodes, seed+k, rate)
+		k++
 		s.Steps = append(s.Steps, r)
+		return r, err
+	}
+	for rate := cfg.Rate; rate <= MaxRate; rate = math.Round(rate * cfg.RateStep) {
+		r, err := step(rate)
+		if err == nil && r.OK() && !r.within(cfg.P99) {
+			// Once more: on a shared machine one step can hit a burst of
+			// someone else's load.
+			r, err = step(rate)
+		}
 		if err != nil || !r.OK() || !r.within(cfg.P99) {
 			return s, err
 		}
@@ -152,7 +165,7 @@ func (s *Search) Write(w io.Writer) {
 	if len(s.Steps) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "storm: open loop, search: steps of %v from %s, each %g times the one before, until p99 > %v or fewer than 99%% answered (not 5xx); %.0f%% duplicate emails, at most %d in flight, timeout %v\n",
+	fmt.Fprintf(w, "storm: open loop, search: steps of %v from %s, each %g times the one before, until p99 > %v or fewer than 99%% answered (not 5xx) twice at a rate; %.0f%% duplicate emails, at most %d in flight, timeout %v\n",
 		s.Duration, perSecond(s.Steps[0].Rate), s.RateStep, s.P99, s.Dup*100, s.MaxInFlight, s.Timeout)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  rate\tsent\t201\t409\t4xx\t5xx\terrors\tdropped\tp50\tp90\tp99\tmax\tanswered\t")
@@ -171,11 +184,11 @@ func (s *Search) Write(w io.Writer) {
 	switch last := s.Steps[len(s.Steps)-1]; {
 	case !last.OK():
 	case s.Sustained == 0:
-		fmt.Fprintf(w, "sustained: none: the first step, %s, was beyond p99 %v or 99%% answered\n", perSecond(last.Rate), s.P99)
+		fmt.Fprintf(w, "sustained: none: the first rate, %s, was beyond p99 %v or 99%% answered\n", perSecond(last.Rate), s.P99)
 	case last.Rate == s.Sustained:
 		fmt.Fprintf(w, "sustained: at least %s, the highest rate storm steps to (%d)\n", perSecond(s.Sustained), MaxRate)
 	default:
-		fmt.Fprintf(w, "sustained: %s (p99 ≤ %v, ≥ 99%% answered); the next step, %s, was not\n", perSecond(s.Sustained), s.P99, perSecond(last.Rate))
+		fmt.Fprintf(w, "sustained: %s (p99 ≤ %v, ≥ 99%% answered); the next rate, %s, was not, twice\n", perSecond(s.Sustained), s.P99, perSecond(last.Rate))
 	}
 	for _, r := range s.Steps {
 		if len(r.Problems) > 0 || !r.Checked {

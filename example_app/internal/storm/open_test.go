@@ -171,14 +171,17 @@ func TestRunOpenLoop(t *testing.T) {
 	require.Regexp(t, `(?m)^  dropped +0  due while 100 were in flight, not sent$`, out.String())
 	require.Contains(t, out.String(), "200 req/s offered, 100% answered (not 5xx)")
 
-	// A search with a bound no step meets stops after its first.
+	// A search with a bound no step meets stops after its first rate,
+	// tried twice.
 	cfg.FindRate, cfg.P99, cfg.RateStep = true, time.Nanosecond, 2
 	s, err := RunSearch(t.Context(), cfg)
 	require.NoError(t, err)
 	require.True(t, s.OK())
-	require.Len(t, s.Steps, 1)
+	require.Len(t, s.Steps, 2)
+	require.Equal(t, 200.0, s.Steps[1].Rate)
+	require.NotEqual(t, s.Steps[0].Seed, s.Steps[1].Seed, "another set of emails")
 	require.Zero(t, s.Sustained)
 	out.Reset()
 	s.Write(&out)
-	require.Contains(t, out.String(), "sustained: none: the first step, 200 req/s, was beyond p99 1ns")
+	require.Contains(t, out.String(), "sustained: none: the first rate, 200 req/s, was beyond p99 1ns")
 }
