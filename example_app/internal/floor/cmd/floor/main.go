@@ -25,8 +25,9 @@ func main() {
 	conns := flag.Int("conns", 20, "connections in the pool (serve's main pool has 20)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, *db, *addr, int32(*conns)); err != nil { //nolint:gosec // a flag of a test tool
+	err := run(ctx, *db, *addr, int32(*conns)) //nolint:gosec // a flag of a test tool
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "floor:", err)
 		os.Exit(1)
 	}
@@ -48,7 +49,7 @@ func run(ctx context.Context, db, addr string, conns int32) error {
 	}
 	srv := &http.Server{Addr: addr, Handler: floor.Handler(pool), ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Shutdown(context.Background()) }()
-	fmt.Println("floor: listening on http://" + addr)
+	fmt.Fprintln(os.Stdout, "floor: listening on http://"+addr)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
