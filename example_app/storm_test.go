@@ -51,13 +51,13 @@ func TestStorm(t *testing.T) {
 	code, stdout, stderr := runStorm(t, "-target", strings.Join(urls, ","), "-requests", "2000", "-emails", "200", "-seed", "7")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 
-	require.Regexp(t, `(?m)^storm: 2000 POST /staff to 3 nodes, 200 emails, concurrency 32, timeout 20s, seed 7$`, stdout)
+	require.Regexp(t, `(?m)^storm: closed loop, 2000 POST /staff to 3 nodes, 200 emails, concurrency 32, timeout 20s, seed 7$`, stdout)
 	require.Regexp(t, `(?m)^  201 created +200$`, stdout)
 	require.Regexp(t, `(?m)^  409 conflict +1800  already_taken email 1800$`, stdout)
 	require.Regexp(t, `(?m)^  4xx other +0$`, stdout)
 	require.Regexp(t, `(?m)^  5xx +0$`, stdout)
 	require.Regexp(t, `(?m)^  transport errors +0$`, stdout)
-	require.Regexp(t, `(?m)^  took .*, \d+ req/s$`, stdout)
+	require.Regexp(t, `(?m)^  took .*, \d+ req/s \(closed loop: the rate the answers let through, not an open-loop capacity\)$`, stdout)
 	require.Regexp(t, `(?m)^  latency p50 [0-9.]+ms  p90 [0-9.]+ms  p99 [0-9.]+ms  max [0-9.]+ms$`, stdout)
 	for i, n := range nodes {
 		require.Regexp(t, `(?m)^  node `+n.Name+` \(`+urls[i]+`\): 66[67] sent, \d+ created$`, stdout)
@@ -137,7 +137,12 @@ func TestStormFlags(t *testing.T) {
 		{[]string{"-requests", "x"}, 2, []string{`invalid value "x" for flag -requests`}},
 		{[]string{"-bogus"}, 2, []string{"flag provided but not defined: -bogus"}},
 		{[]string{"-emails", "-1", "-concurrency", "5000", "-progress", "x"}, 2, []string{"-target is required", "-emails -1", "-concurrency 5000", `-progress "x"`}},
-		{[]string{"-h"}, 0, []string{"usage: example_app storm -target URL", "-concurrency", "-seed"}},
+		{[]string{"-target", urls[0], "-rate", "100", "-requests", "10", "-concurrency", "4"}, 2, []string{"-requests is for the closed loop", "-concurrency is for the closed loop"}},
+		{[]string{"-target", urls[0], "-duration", "5s"}, 2, []string{"-duration is for the open loop: give -rate or -find-rate"}},
+		{[]string{"-target", urls[0], "-rate", "100", "-p99", "1s"}, 2, []string{"-p99 is for -find-rate"}},
+		{[]string{"-target", urls[0], "-rate", "-5", "-dup", "1", "-max-in-flight", "0", "-duration", "0s"}, 2, []string{"-rate -5: give a rate above 0", "-dup 1: give a share", "-max-in-flight 0", "-duration 0s"}},
+		{[]string{"-target", urls[0], "-find-rate", "-p99", "0s", "-rate-step", "1"}, 2, []string{"-p99 0s", "-rate-step 1: give a factor above 1"}},
+		{[]string{"-h"}, 0, []string{"usage: example_app storm -target URL", "-concurrency", "-seed", "Closed loop (the default)", "Open loop (-rate)", "-find-rate"}},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runStorm(t, tt.args...)
@@ -242,4 +247,33 @@ func TestStormRealApp(t *testing.T) {
 	require.Regexp(t, `(?m)^  transport errors +0$`, stdout)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, "check: OK: 40 emails on 2 nodes")
+}
+
+// The open loop against a real serve (embedded SQLite, in-process
+// transport): 400 sign-ups started on schedule over 2 s, 90% of them a
+// duplicate email, each answered, the check clean; then a search whose
+// bound no step can meet stops after its first rate, tried twice.
+func TestStormOpenLoopServe(t *testing.T) {
+	t.Parallel()
+	url := startServe(t, "-db", "", "-data", filepath.Join(t.TempDir(), "claimbus.db"))
+	start := time.Now()
+	code, stdout, stderr := runStorm(t, "-target", url, "-rate", "200", "-duration", "2s", "-seed", "5", "-progress", "off")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.GreaterOrEqual(t, time.Since(start), 2*time.Second-10*time.Millisecond, "the last request is due at 399/200 s")
+	require.Contains(t, stdout, "storm: open loop, 200 req/s for 2s: 400 POST /staff started on schedule to 1 node, 40 emails (90% duplicates), at most 4096 in flight, timeout 20s, seed 5\n")
+	require.Regexp(t, `(?m)^  201 created +40$`, stdout)
+	require.Regexp(t, `(?m)^  409 conflict +360  already_taken email 360$`, stdout)
+	require.Regexp(t, `(?m)^  5xx +0$`, stdout)
+	require.Regexp(t, `(?m)^  dropped +0  due while 4096 were in flight, not sent$`, stdout)
+	require.Regexp(t, `(?m)^  took .*, 200 req/s offered, 100% answered \(not 5xx\)$`, stdout)
+	require.Regexp(t, `(?m)^  latency p50 [0-9.]+ms  p90 [0-9.]+ms  p99 [0-9.]+ms  max [0-9.]+ms  \(from each request's due time\)$`, stdout)
+	require.Regexp(t, `(?m)^  node local \(`+url+`\): 400 sent, 40 created$`, stdout)
+	require.Contains(t, stdout, "check: OK: 40 emails on 1 node")
+
+	code, stdout, stderr = runStorm(t, "-target", url, "-find-rate", "-rate", "50", "-duration", "1s", "-p99", "1ns", "-progress", "off")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Contains(t, stdout, "storm: open loop, search: steps of 1s from 50 req/s, each 1.25 times the one before, until p99 > 1ns")
+	require.Regexp(t, `(?m)^ +50 +50 +5 +45 +0 +0 +0 +0 +[0-9.]+ms +[0-9.]+ms +[0-9.]+ms +[0-9.]+ms +100\.0%  beyond\n +50 +50 +5 +45 `, stdout)
+	require.Contains(t, stdout, "sustained: none: the first rate, 50 req/s, was beyond p99 1ns or 99% answered")
+	require.Contains(t, stdout, "check: OK: every step")
 }

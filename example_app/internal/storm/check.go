@@ -1,6 +1,7 @@
 package storm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func (c *client) check(ctx context.Context, r *Report, p *plan, created map[int]
 	nn := len(r.Nodes)
 	lists := make([][]staff, len(p.emails)*nn)
 	errs := make([]error, len(lists))
-	forEach(ctx, len(lists), r.Concurrency, func(k int) {
+	forEach(ctx, len(lists), cmp.Or(r.Concurrency, DefaultConcurrency), func(k int) {
 		email, node := p.emails[k/nn], r.Nodes[k%nn]
 		errs[k] = c.getJSON(ctx, node.URL+"/staff?email="+url.QueryEscape(email), &lists[k])
 	})

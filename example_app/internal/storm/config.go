@@ -15,6 +15,13 @@ const (
 	DefaultEmails      = 500
 	DefaultConcurrency = 32
 	DefaultTimeout     = 20 * time.Second
+
+	// The defaults of the open loop's flags.
+	DefaultDuration    = 20 * time.Second
+	DefaultDup         = 0.9
+	DefaultMaxInFlight = 4096
+	DefaultP99         = time.Second
+	DefaultRateStep    = 1.25
 )
 
 // Bounds of a storm, so that a typo cannot send one without end.
@@ -22,6 +29,9 @@ const (
 	MaxRequests    = 1_000_000
 	MaxConcurrency = 1024
 	MaxTimeout     = 10 * time.Minute
+	MaxRate        = 100_000
+	MaxDuration    = 10 * time.Minute
+	MaxInFlight    = 16_384
 )
 
 // Progress says how Run shows its progress on Config.Stderr.
@@ -43,6 +53,13 @@ const (
 
 // Config is a storm. Its fields are the flags of example_app storm, and
 // Validate names them so; the flags' defaults are the Default constants.
+//
+// A storm is a closed loop when Rate is 0: Concurrency requests in
+// flight, each sent when one is answered, Requests in all over Emails
+// addresses. With a Rate it is an open loop: requests start on a fixed
+// schedule, Rate a second for Duration, whatever the answers' latency;
+// Requests and Emails follow from Rate, Duration and Dup, and Concurrency
+// is unused.
 type Config struct {
 	// Targets are the base URLs of the nodes, such as
 	// http://127.0.0.1:8080: http or https, a host, no query; host:port
@@ -61,6 +78,32 @@ type Config struct {
 	// Timeout bounds each request, from connect to the end of the answer:
 	// above 0, at most MaxTimeout. Required.
 	Timeout time.Duration
+
+	// Rate, when above 0, makes the storm an open loop of Rate requests
+	// a second (at most MaxRate), and with FindRate the rate of its
+	// first step.
+	Rate float64
+	// Duration is how long an open loop lasts, or each step of FindRate:
+	// above 0, at most MaxDuration. Required with Rate.
+	Duration time.Duration
+	// Dup is the share of an open loop's requests whose address an
+	// earlier one used: 0 to below 1. Every address is sent at least
+	// once, so there are about (1-Dup) × the requests of them.
+	Dup float64
+	// MaxInFlight caps an open loop's requests in flight: one that is
+	// due while MaxInFlight are in flight is not sent, and counted as
+	// dropped. 1 to MaxInFlight. Required with Rate.
+	MaxInFlight int
+	// FindRate makes the open loop a search: steps of Duration at Rate,
+	// then at RateStep times the rate before, until a step's p99 is above
+	// P99 or fewer than 99% of its requests are answered (with a status
+	// other than 5xx). Run it with Search.
+	FindRate bool
+	// P99 is the bound of FindRate: above 0. RateStep is the factor from
+	// one step's rate to the next: above 1, at most 10.
+	P99      time.Duration
+	RateStep float64
+
 	// Seed picks the addresses, their spellings and which request uses
 	// which; 0 (the default) picks a seed at random. The report prints
 	// the seed it used.
@@ -93,6 +136,28 @@ func (c Config) Validate() error {
 		}
 		seen[base] = true
 	}
+	if c.open() {
+		errs = append(errs, c.validateOpen()...)
+	} else {
+		errs = append(errs, c.validateClosed()...)
+	}
+	if c.Timeout <= 0 || c.Timeout > MaxTimeout {
+		errs = append(errs, fmt.Errorf("-timeout %v: give a duration above 0 and at most %v, such as 20s", c.Timeout, MaxTimeout))
+	}
+	switch c.Progress {
+	case "", ProgressAuto, ProgressBar, ProgressLines, ProgressOff:
+	default:
+		errs = append(errs, fmt.Errorf("-progress %q: want auto, bar, lines or off", c.Progress))
+	}
+	return errors.Join(errs...)
+}
+
+// open says that the storm is an open loop.
+func (c Config) open() bool { return c.Rate != 0 || c.FindRate }
+
+// validateClosed checks the fields of a closed loop.
+func (c Config) validateClosed() []error {
+	var errs []error
 	if c.Requests < 1 || c.Requests > MaxRequests {
 		errs = append(errs, fmt.Errorf("-requests %d: give 1 to %d", c.Requests, MaxRequests))
 	}
@@ -104,15 +169,33 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
 		errs = append(errs, fmt.Errorf("-concurrency %d: give 1 to %d", c.Concurrency, MaxConcurrency))
 	}
-	if c.Timeout <= 0 || c.Timeout > MaxTimeout {
-		errs = append(errs, fmt.Errorf("-timeout %v: give a duration above 0 and at most %v, such as 20s", c.Timeout, MaxTimeout))
+	return errs
+}
+
+// validateOpen checks the fields of an open loop.
+func (c Config) validateOpen() []error {
+	var errs []error
+	if !(c.Rate > 0 && c.Rate <= MaxRate) {
+		errs = append(errs, fmt.Errorf("-rate %v: give a rate above 0 and at most %d requests a second", c.Rate, MaxRate))
 	}
-	switch c.Progress {
-	case "", ProgressAuto, ProgressBar, ProgressLines, ProgressOff:
-	default:
-		errs = append(errs, fmt.Errorf("-progress %q: want auto, bar, lines or off", c.Progress))
+	if c.Duration <= 0 || c.Duration > MaxDuration {
+		errs = append(errs, fmt.Errorf("-duration %v: give a duration above 0 and at most %v, such as 20s", c.Duration, MaxDuration))
+	} else if n := c.Rate * c.Duration.Seconds(); n > MaxRequests {
+		errs = append(errs, fmt.Errorf("-rate %v for -duration %v is %.0f requests: give at most %d", c.Rate, c.Duration, n, MaxRequests))
 	}
-	return errors.Join(errs...)
+	if !(c.Dup >= 0 && c.Dup < 1) {
+		errs = append(errs, fmt.Errorf("-dup %v: give a share from 0 to below 1, such as 0.9", c.Dup))
+	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > MaxInFlight {
+		errs = append(errs, fmt.Errorf("-max-in-flight %d: give 1 to %d", c.MaxInFlight, MaxInFlight))
+	}
+	if c.FindRate && c.P99 <= 0 {
+		errs = append(errs, fmt.Errorf("-p99 %v: give a bound above 0, such as 1s", c.P99))
+	}
+	if c.FindRate && !(c.RateStep > 1 && c.RateStep <= 10) {
+		errs = append(errs, fmt.Errorf("-rate-step %v: give a factor above 1 and at most 10, such as 1.25", c.RateStep))
+	}
+	return errs
 }
 
 // targetForm is the form of a target, for the errors of parseTarget.

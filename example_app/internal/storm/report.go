@@ -19,6 +19,13 @@ type Report struct {
 	Requests, Emails, Concurrency int
 	Timeout                       time.Duration
 	Seed                          int64
+	// Rate is an open loop's requests a second, 0 in a closed loop; then
+	// Duration, Dup and MaxInFlight are the Config's, and Requests and
+	// Emails follow from them.
+	Rate        float64
+	Duration    time.Duration
+	Dup         float64
+	MaxInFlight int
 	// Nodes are the targets, in the order given.
 	Nodes []*Node
 
@@ -32,11 +39,16 @@ type Report struct {
 	// Cancelled and NotSent count the requests an interruption cut short
 	// and those it kept from being sent.
 	Cancelled, NotSent int
+	// Dropped counts an open loop's requests not sent because
+	// MaxInFlight were in flight when they were due.
+	Dropped int
 	// Elapsed is how long the requests took, from the first sent to the
 	// last answered.
 	Elapsed time.Duration
-	// Latency is over the answered requests.
-	Latency Latency
+	// Latency is over the answered requests, from their start, in an
+	// open loop from their due time. Lag is how late an open loop's
+	// requests started, over those sent: the load tool behind.
+	Latency, Lag Latency
 
 	// Checked says that the check ran to its end.
 	Checked bool
@@ -78,7 +90,7 @@ func (r *Report) OK() bool { return r.Checked && len(r.Problems) == 0 }
 func (r *Report) Created() int { return r.Status[201] }
 
 // Sent is the number of requests sent.
-func (r *Report) Sent() int { return r.Requests - r.NotSent }
+func (r *Report) Sent() int { return r.Requests - r.NotSent - r.Dropped }
 
 func (r *Report) problem(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
@@ -92,16 +104,19 @@ func (r *Report) tally(p *plan, results []result) map[int][]creation {
 		n.Status, n.Reasons = map[int]int{}, map[int]map[string]int{}
 	}
 	created := map[int][]creation{}
-	var latencies []time.Duration
+	var latencies, lags []time.Duration
 	for i, res := range results {
 		s := p.sends[i]
 		n := r.Nodes[s.target]
-		if res.outcome != notSent {
+		if res.outcome != notSent && res.outcome != droppedOut {
 			n.Sent++
+			lags = append(lags, res.lag)
 		}
 		switch res.outcome {
 		case notSent:
 			r.NotSent++
+		case droppedOut:
+			r.Dropped++
 		case cancelled:
 			r.Cancelled++
 		case timedOut, failed:
@@ -126,6 +141,9 @@ func (r *Report) tally(p *plan, results []result) map[int][]creation {
 		}
 	}
 	r.Latency = latencyOf(latencies)
+	if r.Rate > 0 {
+		r.Lag = latencyOf(lags)
+	}
 
 	for _, e := range slices.Sorted(maps.Keys(created)) {
 		if cs := created[e]; len(cs) > 1 {
@@ -136,12 +154,16 @@ func (r *Report) tally(p *plan, results []result) map[int][]creation {
 			r.problem("email %s got %d × 201: %s", p.emails[e], len(cs), strings.Join(by, ", "))
 		}
 	}
+	return created
+}
+
+// problem5xx adds a problem for each node that answered a 5xx.
+func (r *Report) problem5xx() {
 	for _, n := range r.Nodes {
 		if k := countWhere(n.Status, is5xx); k > 0 {
 			r.problem("%s answered %d POST /staff with a 5xx: %s", n, k, breakdown(n.Status, n.Reasons, is5xx))
 		}
 	}
-	return created
 }
 
 func count(status map[int]int, reasons map[int]map[string]int, res result) {
@@ -205,8 +227,13 @@ func plural(n int, noun string) string {
 // Write prints the summary: the counts by status, the rate, the
 // latencies, each node, then the check and its problems.
 func (r *Report) Write(w io.Writer) {
-	fmt.Fprintf(w, "storm: %d POST /staff to %s, %s, concurrency %d, timeout %v, seed %d\n",
-		r.Requests, plural(len(r.Nodes), "node"), plural(r.Emails, "email"), r.Concurrency, r.Timeout, r.Seed)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, "storm: open loop, %s for %v: %d POST /staff started on schedule to %s, %s (%.0f%% duplicates), at most %d in flight, timeout %v, seed %d\n",
+			perSecond(r.Rate), r.Duration, r.Requests, plural(len(r.Nodes), "node"), plural(r.Emails, "email"), r.Dup*100, r.MaxInFlight, r.Timeout, r.Seed)
+	} else {
+		fmt.Fprintf(w, "storm: closed loop, %d POST /staff to %s, %s, concurrency %d, timeout %v, seed %d\n",
+			r.Requests, plural(len(r.Nodes), "node"), plural(r.Emails, "email"), r.Concurrency, r.Timeout, r.Seed)
+	}
 	line := func(label string, n int, detail string) {
 		if detail != "" {
 			detail = "  " + detail
@@ -231,12 +258,21 @@ func (r *Report) Write(w io.Writer) {
 		line("cancelled", r.Cancelled, "in flight when interrupted")
 		line("not sent", r.NotSent, "")
 	}
+	if r.Rate > 0 {
+		line("dropped", r.Dropped, fmt.Sprintf("due while %d were in flight, not sent", r.MaxInFlight))
+	}
 	rate := 0.0
 	if r.Elapsed > 0 {
 		rate = float64(r.Sent()-r.Cancelled) / r.Elapsed.Seconds()
 	}
-	fmt.Fprintf(w, "  took %v, %.0f req/s\n", r.Elapsed.Round(time.Millisecond), rate)
-	fmt.Fprintf(w, "  latency p50 %s  p90 %s  p99 %s  max %s\n", ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), ms(r.Latency.Max))
+	if r.Rate > 0 {
+		fmt.Fprintf(w, "  took %v, %.0f req/s offered, %.0f%% answered (not 5xx)\n", r.Elapsed.Round(time.Millisecond), r.Rate, 100*float64(r.Answered())/float64(r.Requests))
+		fmt.Fprintf(w, "  latency p50 %s  p90 %s  p99 %s  max %s  (from each request's due time)\n", ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), ms(r.Latency.Max))
+		fmt.Fprintf(w, "  start lag p99 %s  max %s  (how late requests started: the load tool behind)\n", ms(r.Lag.P99), ms(r.Lag.Max))
+	} else {
+		fmt.Fprintf(w, "  took %v, %.0f req/s (closed loop: the rate the answers let through, not an open-loop capacity)\n", r.Elapsed.Round(time.Millisecond), rate)
+		fmt.Fprintf(w, "  latency p50 %s  p90 %s  p99 %s  max %s\n", ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), ms(r.Latency.Max))
+	}
 	for _, n := range r.Nodes {
 		fmt.Fprintf(w, "  %s: %d sent, %d created", n, n.Sent, n.Created)
 		if k := n.Timeouts + n.Errors; k > 0 {
@@ -244,7 +280,11 @@ func (r *Report) Write(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	r.writeCheck(w)
+}
 
+// writeCheck prints the check and its problems.
+func (r *Report) writeCheck(w io.Writer) {
 	switch {
 	case !r.Checked:
 		fmt.Fprintf(w, "check: not run (interrupted)")

@@ -21,24 +21,28 @@ const maxAnswer = 1 << 20
 type outcome uint8
 
 const (
-	notSent   outcome = iota // the storm was interrupted before it
-	answered                 // an HTTP answer, of result.status
-	timedOut                 // no answer within Config.Timeout
-	failed                   // a transport error
-	cancelled                // interrupted while in flight
+	notSent    outcome = iota // the storm was interrupted before it
+	answered                  // an HTTP answer, of result.status
+	timedOut                  // no answer within Config.Timeout
+	failed                    // a transport error
+	cancelled                 // interrupted while in flight
+	droppedOut                // an open loop's, due while Config.MaxInFlight were in flight
 )
 
 // result is what one request got.
 type result struct {
 	outcome outcome
 	status  int
-	latency time.Duration
+	// latency is from the request's start, in an open loop from its
+	// due time; lag is how late an open loop's request started.
+	latency, lag time.Duration
 	// reason is the rejection's "code field" for an answer other than
 	// 201, or the error of a request that got none.
 	reason string
 }
 
-// Run sends the storm cfg describes, checks the nodes afterwards, and
+// Run sends the storm cfg describes, a closed or an open loop (not a
+// search: see RunSearch), checks the nodes afterwards, and
 // returns what it saw; Report.Problems lists every broken guarantee. It
 // asks every target's /healthz first, and returns ErrUnhealthy without
 // sending anything (and no report) when one does not answer "ok". When ctx
@@ -48,41 +52,81 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.FindRate {
+		return nil, errors.New("storm: FindRate is a search: run it with RunSearch")
+	}
+	c, nodes, err := begin(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	return c.storm(ctx, cfg, nodes, cfg.Seed, cfg.Rate)
+}
+
+// begin makes the client of a storm and asks every target's /healthz.
+func begin(ctx context.Context, cfg Config) (*client, []*Node, error) {
+	c := newClient(cfg)
+	var nodes []*Node
+	for _, t := range cfg.Targets {
+		base, _ := parseTarget(t)
+		nodes = append(nodes, &Node{URL: base})
+	}
+	if err := c.preflight(ctx, nodes); err != nil {
+		c.close()
+		if ctx.Err() != nil {
+			return nil, nil, ErrInterrupted
+		}
+		return nil, nil, err
+	}
+	return c, nodes, nil
+}
+
+// storm sends one storm to nodes, a closed loop when rate is 0 and an
+// open loop at rate otherwise, then checks it.
+func (c *client) storm(ctx context.Context, cfg Config, nodes []*Node, seed int64, rate float64) (*Report, error) {
 	stderr := cfg.Stderr
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	c := newClient(cfg)
-	defer c.close()
-
 	r := &Report{Requests: cfg.Requests, Emails: cfg.Emails, Concurrency: cfg.Concurrency, Timeout: cfg.Timeout}
-	for _, t := range cfg.Targets {
-		base, _ := parseTarget(t)
-		r.Nodes = append(r.Nodes, &Node{URL: base})
+	if rate > 0 {
+		r.Concurrency = 0
+		r.Rate, r.Duration, r.Dup, r.MaxInFlight = rate, cfg.Duration, cfg.Dup, cfg.MaxInFlight
+		r.Requests, r.Emails = openRequests(rate, cfg.Duration, cfg.Dup)
 	}
-	if err := c.preflight(ctx, r.Nodes); err != nil {
-		if ctx.Err() != nil {
-			return nil, ErrInterrupted
-		}
-		return nil, err
+	for _, n := range nodes {
+		r.Nodes = append(r.Nodes, &Node{URL: n.URL, Name: n.Name, Backend: n.Backend})
 	}
 
-	p := newPlan(cfg.Seed, cfg.Requests, cfg.Emails, len(r.Nodes))
+	p := newPlan(seed, r.Requests, r.Emails, len(r.Nodes))
 	r.Seed = p.seed
 	results := make([]result, len(p.sends))
 	var done atomic.Int64
 	stop := startProgress(cfg, stderr, len(p.sends), func() int { return int(done.Load()) })
-	start := time.Now()
-	forEach(ctx, len(p.sends), cfg.Concurrency, func(i int) {
+	send := func(i int, lag time.Duration) {
 		s := p.sends[i]
-		if results[i] = c.post(ctx, r.Nodes[s.target].URL, s); results[i].outcome != cancelled {
+		res := c.post(ctx, r.Nodes[s.target].URL, s)
+		res.latency += lag
+		res.lag = lag
+		if results[i] = res; res.outcome != cancelled {
 			done.Add(1)
 		}
-	})
+	}
+	start := time.Now()
+	if rate > 0 {
+		schedule(ctx, len(p.sends), rate, cfg.MaxInFlight, wallClock,
+			func(i int, at time.Time) { send(i, time.Since(at)) },
+			func(i int) { results[i].outcome = droppedOut })
+	} else {
+		forEach(ctx, len(p.sends), cfg.Concurrency, func(i int) { send(i, 0) })
+	}
 	r.Elapsed = time.Since(start)
 	stop(ctx.Err() != nil)
 
 	created := r.tally(p, results)
+	if !cfg.FindRate {
+		r.problem5xx()
+	}
 	if ctx.Err() != nil {
 		return r, ErrInterrupted
 	}
@@ -124,13 +168,17 @@ type client struct {
 }
 
 func newClient(cfg Config) *client {
+	conns := cfg.Concurrency
+	if cfg.open() {
+		conns = cfg.MaxInFlight
+	}
 	tr := &http.Transport{
 		// Never through a proxy from the environment: the traffic goes to
 		// the targets and nowhere else.
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        cfg.Concurrency * len(cfg.Targets),
-		MaxIdleConnsPerHost: cfg.Concurrency,
+		MaxIdleConns:        conns * len(cfg.Targets),
+		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     30 * time.Second,
 	}
 	return &client{
