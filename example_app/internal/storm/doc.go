@@ -31,19 +31,5 @@
 // (two 201s), a node listing two staff for one address, a node that does
 // not list the one a 201 created, a unique index that fired, a 5xx.
 //
-// # Example
-//
-//	r, err := storm.Run(ctx, storm.Config{
-//		Targets:     []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"},
-//		Requests:    storm.DefaultRequests,
-//		Emails:      storm.DefaultEmails,
-//		Concurrency: storm.DefaultConcurrency,
-//		Timeout:     storm.DefaultTimeout,
-//		Progress:    storm.ProgressLines,
-//		Stderr:      os.Stderr,
-//	})
-//	if r != nil {
-//		r.Write(os.Stdout)
-//	}
-//	failed := err != nil || len(r.Problems) > 0
+// example_app/storm.go shows a Config filled from flags.
 package storm
