@@ -162,6 +162,14 @@ var layers = map[string]rule{
 		may: []string{"uniqueness"},
 		why: "the example app's load generator: it drives the app over HTTP",
 	},
+	"example_app/internal/floor": {
+		may: []string{"uniqueness"},
+		why: "the floor server the example app is measured against: net/http and pgxpool, with the app's email normalisation",
+	},
+	"example_app/internal/floor/cmd/floor": {
+		may: []string{"example_app/internal/floor"},
+		why: "the floor server's command",
+	},
 	"example_app/internal/storm/stormtest": {
 		may: []string{"uniqueness"},
 		why: "test support for the load generator",
