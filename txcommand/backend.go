@@ -92,10 +92,9 @@ func (b pgBackend) begin(ctx context.Context, keys []lockstore.Key, wait time.Du
 			b.claims.QueueLookup(&batch, c.key, c.rule.lookup, &c.taken, &c.owner)
 			continue
 		}
-		batch.Queue(c.rule.lookup, c.key.ID).Query(func(rows pgx.Rows) error {
-			c.taken = rows.Next()
-			rows.Close()
-			return rows.Err()
+		batch.Queue(c.rule.lookup, c.key.ID).Query(func(rows pgx.Rows) (err error) {
+			c.taken, err = anyRow(rows, nil)
+			return err
 		})
 	}
 	if r.key != (lockstore.Key{}) {
@@ -111,13 +110,17 @@ func (b pgBackend) begin(ctx context.Context, keys []lockstore.Key, wait time.Du
 func (b pgBackend) reservations() claimstore.Reservations { return b.claims }
 
 func (b pgBackend) shown(ctx context.Context, lookup, id string) (bool, error) {
-	rows, err := b.locks.Pool().Query(ctx, lookup, id)
+	return anyRow(b.locks.Pool().Query(ctx, lookup, id))
+}
+
+// anyRow reports whether rows, the answer of a lookup, has a row.
+func anyRow(rows pgx.Rows, err error) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	shown := rows.Next()
+	found := rows.Next()
 	rows.Close()
-	return shown, rows.Err()
+	return found, rows.Err()
 }
 
 type pgTxn struct {

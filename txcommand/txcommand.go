@@ -382,12 +382,14 @@ func (m *Middleware) AfterFailure(ctx context.Context, p *middleware.Pipeline) {
 	if r == nil {
 		return
 	}
-	if o, final, _ := idempotency.OutcomeOf(p, r.fp); final && r.key != (lockstore.Key{}) {
-		if err := r.txn.commit(ctx, writes{undo: true, key: r.key, outcome: o, retention: m.retention}); err != nil {
-			m.logger.LogAttrs(ctx, slog.LevelWarn, "txcommand: the outcome of a final rejection was not stored: a repeat runs again",
-				slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
+	if r.key != (lockstore.Key{}) {
+		if o, final, _ := idempotency.OutcomeOf(p, r.fp); final {
+			if err := r.txn.commit(ctx, writes{undo: true, key: r.key, outcome: o, retention: m.retention}); err != nil {
+				m.logger.LogAttrs(ctx, slog.LevelWarn, "txcommand: the outcome of a final rejection was not stored: a repeat runs again",
+					slog.String("command_id", p.CommandUUID), slog.String("key", r.key.String()), slog.Any("error", err))
+			}
+			return
 		}
-		return
 	}
 	if err := r.txn.rollback(); err != nil {
 		m.logger.LogAttrs(ctx, slog.LevelWarn, "txcommand: rollback failed (the transaction ends with its session or connection)",

@@ -51,12 +51,25 @@ func runParallel(b *testing.B, op func(ctx context.Context, key lockstore.Key, i
 // per key, as its lock ID is fixed) on a database/sql pool of 8 over pgx.
 // `benchstat -col /impl` prints the ratios.
 func BenchmarkTryLockRelease(b *testing.B) {
+	benchLockRelease(b, (*Store).TryLock, true)
+}
+
+// BenchmarkLockRelease is BenchmarkTryLockRelease with the blocking Lock
+// (impl=claimbus and impl=pgxpool only).
+func BenchmarkLockRelease(b *testing.B) {
+	benchLockRelease(b, (*Store).Lock, false)
+}
+
+// benchLockRelease takes and releases distinct keys from 64 goroutines:
+// with take on a store over a pool of 2 (impl=claimbus), against the
+// baselines on pools of 8 (impl=pgxpool, and impl=goose when goose is set).
+func benchLockRelease(b *testing.B, take func(*Store, context.Context, lockstore.Key) (lockstore.Lock, error), goose bool) {
 	dsn := pgtest.DSN(b)
 	b.Run("impl=claimbus", func(b *testing.B) {
 		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "bench-store"})
 		s := newTestStore(b, pool, Config{})
 		runParallel(b, func(ctx context.Context, key lockstore.Key, _ LockID) error {
-			l, err := s.TryLock(ctx, key)
+			l, err := take(s, ctx, key)
 			if err != nil {
 				return err
 			}
@@ -70,6 +83,9 @@ func BenchmarkTryLockRelease(b *testing.B) {
 			return baselineLockUnlock(ctx, pool, id)
 		})
 	})
+	if !goose {
+		return
+	}
 	b.Run("impl=goose", func(b *testing.B) {
 		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "bench-goose"})
 		db := stdlib.OpenDBFromPool(pool)
@@ -78,31 +94,6 @@ func BenchmarkTryLockRelease(b *testing.B) {
 		db.SetMaxIdleConns(8)
 		runParallel(b, func(ctx context.Context, _ lockstore.Key, id LockID) error {
 			return gooseLockUnlock(ctx, db, id)
-		})
-	})
-}
-
-// BenchmarkLockRelease is BenchmarkTryLockRelease with the blocking Lock:
-// distinct keys from 64 goroutines, a store over a pool of 2 against
-// pg_advisory_lock and unlock on a pgxpool of 8.
-func BenchmarkLockRelease(b *testing.B) {
-	dsn := pgtest.DSN(b)
-	b.Run("impl=claimbus", func(b *testing.B) {
-		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "bench-store"})
-		s := newTestStore(b, pool, Config{})
-		runParallel(b, func(ctx context.Context, key lockstore.Key, _ LockID) error {
-			l, err := s.Lock(ctx, key)
-			if err != nil {
-				return err
-			}
-			return l.Release(ctx)
-		})
-		reportBatching(b, s)
-	})
-	b.Run("impl=pgxpool", func(b *testing.B) {
-		pool := pgtest.Connect(b, dsn, pgtest.PoolConfig{MaxConns: 8, ApplicationName: "bench-baseline"})
-		runParallel(b, func(ctx context.Context, _ lockstore.Key, id LockID) error {
-			return baselineLockUnlock(ctx, pool, id)
 		})
 	})
 }
