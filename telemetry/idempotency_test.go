@@ -12,7 +12,7 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/idempotency"
 	"github.com/claimbus/claimbus/lockstore"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // The idempotency middleware's lock wait and outcome read is a step of

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // names is what Telemetry keeps per command name, so that a command

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimbus/claimbus/lockstore"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 
@@ -119,13 +119,13 @@ func (t *Telemetry) CQRSOnSend(params cqrs.CommandBusOnSendParams) error {
 	return nil
 }
 
-// StepTracer returns the observe.Tracer that makes a span of each step
-// started with a context carrying it, a child of the span in that context.
-// Commands get one of their own; this one is for steps outside a command,
-// such as a Serialize call of a background job:
-//
-//	ctx = observe.ContextWithTracer(ctx, tel.StepTracer())
-func (t *Telemetry) StepTracer() observe.Tracer { return &stepTracer{t: t} }
+// WithSteps returns ctx carrying a tracer that makes a span of each step
+// the core reports under it (a Serialize call, a claim, a lookup), a child
+// of the span in ctx. Commands get one of their own; this is for steps
+// outside a command, such as a Serialize call of a background job.
+func (t *Telemetry) WithSteps(ctx context.Context) context.Context {
+	return observe.ContextWithTracer(ctx, &stepTracer{t: t})
+}
 
 // ObserveLocker adds the Stats of store l, named name (the attribute
 // claimbus.store), to the observable instruments, until Close.

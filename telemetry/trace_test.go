@@ -14,7 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/telemetry"
 )
 

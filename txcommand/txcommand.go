@@ -14,7 +14,7 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 

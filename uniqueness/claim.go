@@ -13,7 +13,7 @@ import (
 	"github.com/claimbus/claimbus/internal/keyqueue"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // numShards is the number of independently locked parts of a Claimer's

@@ -15,7 +15,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // DefaultClaimTimeout bounds the wait for the claims of one command when

@@ -12,7 +12,7 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // Reserve makes a rule keep a durable reservation of each value it claims,

@@ -11,7 +11,7 @@ import (
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 

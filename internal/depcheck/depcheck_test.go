@@ -25,7 +25,7 @@ var light = []string{
 	"github.com/claimbus/claimbus/idempotency",
 	"github.com/claimbus/claimbus/bus",
 	"github.com/claimbus/claimbus/commands",
-	"github.com/claimbus/claimbus/observe",
+	"github.com/claimbus/claimbus/internal/observe",
 }
 
 func TestLightPackagesDoNotDependOnHeavyOnes(t *testing.T) {

@@ -22,7 +22,7 @@ const anything = "*"
 // leaves are the internal packages that import nothing of the module
 // (their rows say so, and the test checks it): any package may import
 // them, since an import of one can never point up a layer.
-var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/wire"}
+var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/observe", "internal/wire"}
 
 // rule is one row of the layering: the packages of the module (paths
 // relative to it) that a package's non-test files may import, and why.
@@ -41,7 +41,6 @@ var layers = map[string]rule{
 	// The core, bottom up.
 	"commands":  {why: "the command types: imports nothing of ours, so every layer may"},
 	"lockstore": {why: "the lock contract at the bottom: imports nothing of ours"},
-	"observe":   {why: "the observation hooks every layer reports through; imports nothing of ours so any layer may"},
 	"claimstore": {
 		may: []string{"lockstore", "claimstore/internal/claimcheck"},
 		why: "durable claims sit beside lockstore, below middleware",
@@ -51,15 +50,15 @@ var layers = map[string]rule{
 		why: "the middleware takes locks; the bus and uniqueness sit above it",
 	},
 	"uniqueness": {
-		may: []string{"middleware", "lockstore", "claimstore", "observe"},
+		may: []string{"middleware", "lockstore", "claimstore"},
 		why: "claims on unique values: a middleware on locks and durable claims (claimstore); never the bus",
 	},
 	"idempotency": {
-		may: []string{"middleware", "lockstore", "claimstore", "observe"},
+		may: []string{"middleware", "lockstore", "claimstore"},
 		why: "a middleware on the claim store, beside uniqueness; never the bus",
 	},
 	"txcommand": {
-		may: []string{"middleware", "lockstore", "lockstore/postgres", "lockstore/sqlite", "claimstore", "claimstore/postgres", "claimstore/sqlite", "idempotency", "uniqueness", "observe"},
+		may: []string{"middleware", "lockstore", "lockstore/postgres", "lockstore/sqlite", "claimstore", "claimstore/postgres", "claimstore/sqlite", "idempotency", "uniqueness"},
 		why: "commands in one SQL transaction: the middleware on the PostgreSQL or SQLite stores, beside uniqueness and idempotency; never the bus",
 	},
 	"bus": {
@@ -67,13 +66,13 @@ var layers = map[string]rule{
 		why: "the bus runs middleware; it knows no store and no built-in middleware",
 	},
 	"telemetry": {
-		may: []string{"lockstore", "middleware", "observe", "uniqueness"},
+		may: []string{"lockstore", "middleware", "uniqueness"},
 		why: "telemetry lives in its own package; the core packages never import it",
 	},
 
 	// Backends: a heavy dependency stays in its own subpackage.
 	"lockstore/postgres": {
-		may: []string{"lockstore", "lockstore/internal/txnest", "observe", "internal/migrate"},
+		may: []string{"lockstore", "lockstore/internal/txnest", "internal/migrate"},
 		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
 	},
 	"lockstore/sqlite": {
@@ -123,6 +122,7 @@ var layers = map[string]rule{
 		why: "the per-key FIFO queue of lockstore, its backends and uniqueness: standard library only",
 	},
 	"internal/afterlost": {why: "the lost-lock callbacks the stores and middleware share: standard library only"},
+	"internal/observe":   {why: "the hooks through which the core reports the steps of a command to telemetry: standard library only"},
 
 	// A layer's own internal packages: shared by its backends, importing
 	// the layer and what it may.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
-	"github.com/claimbus/claimbus/observe"
+	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // Serialize runs fn in a transaction that holds key's
