@@ -11,9 +11,9 @@ import (
 
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // assignRun is the key under which BeforeDispatch keeps, in the

@@ -11,8 +11,8 @@ import (
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/idempotency"
-	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/internal/observe"
+	"github.com/claimbus/claimbus/lockstore"
 )
 
 // The idempotency middleware's lock wait and outcome read is a step of

@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/internal/observe"
+	"github.com/claimbus/claimbus/middleware"
 )
 
 var _ middleware.Middleware = (*Telemetry)(nil)

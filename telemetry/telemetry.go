@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/internal/observe"
+	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 

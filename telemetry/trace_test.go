@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimbus/claimbus/bus"
-	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/internal/observe"
+	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/telemetry"
 )
 

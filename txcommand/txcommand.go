@@ -11,10 +11,10 @@ import (
 
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/idempotency"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 

@@ -11,9 +11,9 @@ import (
 
 	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/internal/keyqueue"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // numShards is the number of independently locked parts of a Claimer's

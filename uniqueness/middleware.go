@@ -13,9 +13,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // DefaultClaimTimeout bounds the wait for the claims of one command when

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/claimbus/claimbus/claimstore"
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
-	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // Reserve makes a rule keep a durable reservation of each value it claims,

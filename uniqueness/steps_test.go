@@ -10,8 +10,8 @@ import (
 
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/commands"
-	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/internal/observe"
+	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
 

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
-	"github.com/claimbus/claimbus/internal/observe"
 )
 
 // Serialize runs fn in a transaction that holds key's
