@@ -6,8 +6,11 @@ package lockstore
 type Stats struct {
 	// Held is the number of locks the store holds now.
 	Held int64
-	// Waiting is the number of Lock calls waiting for a key now.
+	// Waiting is the number of calls waiting for a key now.
 	Waiting int64
+	// Conns is the number of lock connections the store has open now (0
+	// for a store that takes no connections of its own).
+	Conns int64
 	// RoundTrips is the number of statements the store's lock connections
 	// sent, and BatchedRequests the lock and unlock requests they carried:
 	// BatchedRequests/RoundTrips is the mean batch size.

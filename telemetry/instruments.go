@@ -47,6 +47,7 @@ const (
 	metricRoundTrips       = "claimbus.lockconn.round_trips"
 	metricBatchedRequests  = "claimbus.lockconn.batched_requests"
 	metricReconnects       = "claimbus.lockconn.reconnects"
+	metricLockConns        = "claimbus.lockconn.open"
 	metricLocksLost        = "claimbus.locks.lost"
 	metricCapacityRefusals = "claimbus.locks.capacity_refusals"
 	metricClaimsHeld       = "claimbus.claims.held"
@@ -68,12 +69,12 @@ type instruments struct {
 	claimWait       metric.Float64Histogram
 	claimHold       metric.Float64Histogram
 
-	locksHeld, locksWaiting         metric.Int64ObservableGauge
-	roundTrips, batched, reconnects metric.Int64ObservableCounter
-	locksLost, capacity             metric.Int64ObservableCounter
-	claimsHeld, claimsWaiting       metric.Int64ObservableGauge
-	resvPending                     metric.Int64ObservableGauge
-	resvConfirmed, resvCancelled    metric.Int64ObservableCounter
+	locksHeld, locksWaiting, lockConns metric.Int64ObservableGauge
+	roundTrips, batched, reconnects    metric.Int64ObservableCounter
+	locksLost, capacity                metric.Int64ObservableCounter
+	claimsHeld, claimsWaiting          metric.Int64ObservableGauge
+	resvPending                        metric.Int64ObservableGauge
+	resvConfirmed, resvCancelled       metric.Int64ObservableCounter
 }
 
 func (in *instruments) init(m metric.Meter) error {
@@ -110,6 +111,7 @@ func (in *instruments) init(m metric.Meter) error {
 	in.roundTrips = total(metricRoundTrips, "{round_trip}", "Statements sent by the lock connections.")
 	in.batched = total(metricBatchedRequests, "{request}", "Lock and unlock requests carried by the lock connections' round trips.")
 	in.reconnects = total(metricReconnects, "{reconnect}", "Lock connections connected again after they broke.")
+	in.lockConns = gauge(metricLockConns, "{connection}", "Lock connections a store has open now.")
 	in.locksLost = total(metricLocksLost, "{lock}", "Locks that ended other than by their release.")
 	in.capacity = total(metricCapacityRefusals, "{request}", "Lock requests refused for lack of capacity.")
 	in.claimsHeld = gauge(metricClaimsHeld, "{claim}", "Claims of this process granted and not released.")
@@ -121,6 +123,6 @@ func (in *instruments) init(m metric.Meter) error {
 }
 
 func (in *instruments) observables() []metric.Observable {
-	return []metric.Observable{in.locksHeld, in.locksWaiting, in.roundTrips, in.batched, in.reconnects,
+	return []metric.Observable{in.locksHeld, in.locksWaiting, in.roundTrips, in.batched, in.reconnects, in.lockConns,
 		in.locksLost, in.capacity, in.claimsHeld, in.claimsWaiting, in.resvPending, in.resvConfirmed, in.resvCancelled}
 }

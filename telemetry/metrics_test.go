@@ -165,7 +165,7 @@ func TestLockerStatsMetrics(t *testing.T) {
 	tel, err := telemetry.New(telemetry.Config{MeterProvider: mp})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tel.Close()) })
-	stats := lockstore.Stats{Held: 1, Waiting: 2, RoundTrips: 3, BatchedRequests: 4, Reconnects: 5,
+	stats := lockstore.Stats{Held: 1, Waiting: 2, Conns: 8, RoundTrips: 3, BatchedRequests: 4, Reconnects: 5,
 		LocksLost: 6, CapacityRefusals: 7}
 	require.NoError(t, tel.ObserveLocker("pg", statsSource(stats)))
 
@@ -177,6 +177,7 @@ func TestLockerStatsMetrics(t *testing.T) {
 		metricRoundTrips:       stats.RoundTrips,
 		metricBatchedRequests:  stats.BatchedRequests,
 		metricReconnects:       stats.Reconnects,
+		metricLockConns:        stats.Conns,
 		metricLocksLost:        stats.LocksLost,
 		metricCapacityRefusals: stats.CapacityRefusals,
 	} {

@@ -26,6 +26,7 @@ const (
 	metricRoundTrips       = "claimbus.lockconn.round_trips"
 	metricBatchedRequests  = "claimbus.lockconn.batched_requests"
 	metricReconnects       = "claimbus.lockconn.reconnects"
+	metricLockConns        = "claimbus.lockconn.open"
 	metricLocksLost        = "claimbus.locks.lost"
 	metricCapacityRefusals = "claimbus.locks.capacity_refusals"
 	metricClaimsHeld       = "claimbus.claims.held"

@@ -168,6 +168,7 @@ func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(in.roundTrips, s.RoundTrips, l.attrs)
 		o.ObserveInt64(in.batched, s.BatchedRequests, l.attrs)
 		o.ObserveInt64(in.reconnects, s.Reconnects, l.attrs)
+		o.ObserveInt64(in.lockConns, s.Conns, l.attrs)
 		o.ObserveInt64(in.locksLost, s.LocksLost, l.attrs)
 		o.ObserveInt64(in.capacity, s.CapacityRefusals, l.attrs)
 	}

@@ -1,7 +1,10 @@
 package postgres
 
 import (
+	"context"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,6 +38,8 @@ func TestStats(t *testing.T) {
 	require.EqualValues(t, 2, st.Held)
 	require.GreaterOrEqual(t, st.RoundTrips, int64(1))
 	require.GreaterOrEqual(t, st.BatchedRequests, int64(2), "two try-locks, in one round trip or two")
+	require.GreaterOrEqual(t, st.Conns, int64(1), "the grants came on a connected lock connection")
+	require.LessOrEqual(t, st.Conns, int64(2), "a pool of 2 gives at most 2 lock connections")
 
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, <-granted)
@@ -44,4 +49,29 @@ func TestStats(t *testing.T) {
 	require.Zero(t, st.Waiting)
 	require.Zero(t, st.LocksLost)
 	require.EqualValues(t, 6, st.BatchedRequests, "three locks and three unlocks")
+}
+
+// TestStatsCountsTurnWaiters counts a Serialize call queued on this node
+// behind another for the same key.
+func TestStatsCountsTurnWaiters(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	s := newTestStore(t, pgtest.Connect(t, pgtest.DSN(t), pgtest.PoolConfig{MaxConns: 4}), Config{})
+	k := lockstore.Key{Namespace: "stats", ID: "turn"}
+	inside, leave := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 2)
+	go func() {
+		done <- s.Serialize(ctx, k, func(context.Context, pgx.Tx) error {
+			close(inside)
+			<-leave
+			return nil
+		})
+	}()
+	<-inside
+	go func() { done <- s.Serialize(ctx, k, func(context.Context, pgx.Tx) error { return nil }) }()
+	waitFor(t, "a Serialize call waiting for its turn", func() bool { return s.Stats().Waiting == 1 })
+	close(leave)
+	require.NoError(t, <-done)
+	require.NoError(t, <-done)
+	require.Zero(t, s.Stats().Waiting)
 }
