@@ -7,9 +7,8 @@ import "context"
 // database transaction holding a key's lock, so that the lock and the
 // writes it protects commit or roll back together. Tx is the backend's
 // transaction type (pgx.Tx, *sql.Tx), Q what Exclusive hands its fn
-// (*pgx.Conn, sqlite.Querier). Each backend's *Store implements it; its
-// generic free functions Serialize and Exclusive do the same and return a
-// value of fn's as well. lockstoretest.RunTx is the conformance suite.
+// (*pgx.Conn, sqlite.Querier). Each backend's *Store implements it;
+// lockstoretest.RunTx is the conformance suite.
 //
 // The contract, for every implementation:
 //

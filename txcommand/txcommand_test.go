@@ -230,11 +230,9 @@ func (e *env) held(t testing.TB) int {
 // serialize runs fn in Serialize of e's lock store on key, with ctx.
 func (e *env) serialize(ctx context.Context, key lockstore.Key, fn func(ctx context.Context) error) error {
 	if e.kind == onPostgres {
-		_, err := postgres.Serialize(ctx, e.locks, key, func(ctx context.Context, _ pgx.Tx) (int, error) { return 0, fn(ctx) })
-		return err
+		return e.locks.Serialize(ctx, key, func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) })
 	}
-	_, err := locksqlite.Serialize(ctx, e.llocks, key, func(ctx context.Context, _ *sql.Tx) (int, error) { return 0, fn(ctx) })
-	return err
+	return e.llocks.Serialize(ctx, key, func(ctx context.Context, _ *sql.Tx) error { return fn(ctx) })
 }
 
 // txExec runs a statement in the transaction ctx carries, on either

@@ -16,7 +16,7 @@ import (
 // A nested Serialize runs in a savepoint: when its fn fails, its writes,
 // its lock and its effects are dropped, even though the outer fn goes on
 // and commits. Each fn's ctx carries the fencing token of its key.
-func ExampleSerialize_nested() {
+func ExampleStore_Serialize_nested() {
 	ctx := context.Background()
 	err := withStore(ctx, func(store *postgres.Store, _ *pgxpool.Pool) error {
 		insert := func(ctx context.Context, tx pgx.Tx, entry string) error {
@@ -24,24 +24,24 @@ func ExampleSerialize_nested() {
 			_, err := tx.Exec(ctx, "INSERT INTO ledger (entry, token) VALUES ($1, $2)", entry, token)
 			return err
 		}
-		_, err := postgres.Serialize(ctx, store, lockstore.Key{Namespace: "account", ID: "alice"},
-			func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+		err := store.Serialize(ctx, lockstore.Key{Namespace: "account", ID: "alice"},
+			func(ctx context.Context, tx pgx.Tx) error {
 				if err := insert(ctx, tx, "alice pays 10"); err != nil {
-					return struct{}{}, err
+					return err
 				}
 				lockstore.AfterCommit(ctx, func() { fmt.Println("effect: alice paid") })
 
-				_, err := postgres.Serialize(ctx, store, lockstore.Key{Namespace: "account", ID: "bob"},
-					func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+				err := store.Serialize(ctx, lockstore.Key{Namespace: "account", ID: "bob"},
+					func(ctx context.Context, tx pgx.Tx) error {
 						if err := insert(ctx, tx, "bob receives 10"); err != nil {
-							return struct{}{}, err
+							return err
 						}
 						lockstore.AfterCommit(ctx, func() { fmt.Println("effect: bob was paid") })
-						return struct{}{}, errors.New("bob's account is closed")
+						return errors.New("bob's account is closed")
 					})
 				// The insert for bob is rolled back and his effect dropped.
 				fmt.Println("inner:", err)
-				return struct{}{}, nil // alice's payment goes on to a suspense account
+				return nil // alice's payment goes on to a suspense account
 			})
 		return err
 	})

@@ -13,47 +13,15 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// Exclusive runs fn holding key's session advisory lock, outside any
-// transaction, for a job that must run once cluster-wide and makes its own
-// short writes (each commits, and runs its AfterCommit effects, by itself).
-//
-// fn gets a connection of its own, taken from the store's pool and never
-// given back to it (it would still hold the lock); fn may use it, the pool,
-// or Serialize, which for fn's ctx runs on this connection. A node's
-// callers for key queue in Go, then wait on the server until no other node
-// holds key. ctx bounds the wait, as in Serialize: its deadline, or else
-// Config.StatementTimeout, ends it with lockstore.ErrTimeout.
-//
-// fn's ctx carries the fencing token of the lock (lockstore.TokenFrom),
-// greater than every token drawn before on any node: pass it to the
-// resources fn writes, so that they can refuse a holder that lost the
-// lock. fn's ctx is cancelled, with a cause matching lockstore.ErrLockLost,
-// within Config.LeaseBound of a loss, and with lockstore.ErrClosed when
-// the store closes. fn should then stop: another node may already run the
-// job, with a greater token.
-//
-// When fn returns (or panics) Exclusive unlocks, checks that the unlock
-// freed the lock, and closes the connection. It returns what fn returned;
-// the error is fn's, joined with one matching lockstore.ErrLockLost when
-// the lock was lost or could not be confirmed to the end (the run may not
-// have been alone), or lockstore.ErrClosed.
-//
-// Inside an open transaction carried by ctx (see Serialize and Store.WithTx),
-// Exclusive is Serialize: it takes key's lock on that transaction, in a
-// savepoint, and fn gets the transaction's connection. Inside an Exclusive
-// on the same store and key, however deep, it runs fn at once on that
-// call's connection, with that call's token.
-//
-// docs/lockstore.md#exclusive-on-postgresql has the details (the watcher,
-// Close, an example).
-func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) (T, error)) (T, error) {
+// runExclusive is Store.Exclusive for a fn that returns a value.
+func runExclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) (T, error)) (T, error) {
 	var zero T
 	id, err := s.precheck("Exclusive", key, fn == nil)
 	if err != nil {
 		return zero, err
 	}
 	if txScopeFor(ctx, s) != nil {
-		return Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (T, error) {
+		return runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (T, error) {
 			return fn(ctx, tx.Conn())
 		})
 	}

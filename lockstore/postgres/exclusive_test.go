@@ -35,7 +35,7 @@ func TestExclusiveRunsOnceClusterWide(t *testing.T) {
 		for range perNode {
 			wg.Go(func() {
 				for range rounds {
-					_, err := Exclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+					_, err := runExclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 						defer inside.enter()()
 						// A session lock, no transaction: each write commits by itself.
 						if conn.PgConn().TxStatus() != 'I' {
@@ -81,7 +81,7 @@ func TestExclusiveDedicatedConnection(t *testing.T) {
 	key := lockstore.Key{Namespace: "job", ID: "dedicated"}
 	id := serialLockID(t, s, key)
 
-	pid, err := Exclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (uint32, error) {
+	pid, err := runExclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (uint32, error) {
 		// Hijacked: the pool does not count it, and can still give out
 		// all of its connections.
 		require.Zero(t, pool.Stat().AcquiredConns())
@@ -119,7 +119,7 @@ func TestExclusiveCancelsFnWhenItsConnectionDies(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		var r result
-		r.got, r.err = Exclusive(ctx, nodeA, key, func(fctx context.Context, conn *pgx.Conn) (string, error) {
+		r.got, r.err = runExclusive(ctx, nodeA, key, func(fctx context.Context, conn *pgx.Conn) (string, error) {
 			pids <- conn.PgConn().PID()
 			select {
 			case <-fctx.Done():
@@ -145,7 +145,7 @@ func TestExclusiveCancelsFnWhenItsConnectionDies(t *testing.T) {
 	// The other node takes the key at once.
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := Exclusive(qctx, nodeB, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
+	_, err := runExclusive(qctx, nodeB, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
 	require.NoError(t, err)
 }
 
@@ -162,8 +162,8 @@ func TestExclusiveNesting(t *testing.T) {
 	id2 := serialLockID(t, s, k2)
 
 	t.Run("inside a transaction it is Serialize", func(t *testing.T) {
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
-			return Exclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+		_, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			return runExclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 				require.Same(t, tx.Conn(), conn)
 				require.Equal(t, byte('T'), conn.PgConn().TxStatus())
 				require.True(t, serialBackendHolds(ctx, t, admin, conn.PgConn().PID(), id2))
@@ -175,9 +175,9 @@ func TestExclusiveNesting(t *testing.T) {
 
 	t.Run("Serialize inside runs on Exclusive's connection", func(t *testing.T) {
 		var order []string
-		_, err := Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+		_, err := runExclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 			for _, k := range []lockstore.Key{k1, k2} { // the same key, then another
-				_, err := Serialize(ctx, s, k, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				_, err := runSerialize(ctx, s, k, func(ctx context.Context, tx pgx.Tx) (int, error) {
 					require.Same(t, conn, tx.Conn())
 					lockstore.AfterCommit(ctx, func() { order = append(order, "effect "+k.ID) })
 					return increment(ctx, tx, "x")
@@ -188,7 +188,7 @@ func TestExclusiveNesting(t *testing.T) {
 			// Each write committed by itself, visible to others now.
 			require.Equal(t, 2, counterValue(ctx, t, pool, "x"))
 			// Exclusive again on the same key runs at once, on the same connection.
-			_, err := Exclusive(ctx, s, k1, func(ctx context.Context, inner *pgx.Conn) (int, error) {
+			_, err := runExclusive(ctx, s, k1, func(ctx context.Context, inner *pgx.Conn) (int, error) {
 				require.Same(t, conn, inner)
 				return 0, nil
 			})
@@ -205,13 +205,13 @@ func TestExclusiveNesting(t *testing.T) {
 		// would wait for ever on the outer call.
 		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := Exclusive(nctx, s, k1, func(ctx context.Context, outer *pgx.Conn) (int, error) {
-			return Exclusive(ctx, s, k2, func(ctx context.Context, inner *pgx.Conn) (int, error) {
+		_, err := runExclusive(nctx, s, k1, func(ctx context.Context, outer *pgx.Conn) (int, error) {
+			return runExclusive(ctx, s, k2, func(ctx context.Context, inner *pgx.Conn) (int, error) {
 				require.NotSame(t, outer, inner)
-				_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				_, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
 					require.Same(t, outer, tx.Conn(), "k1's transaction runs on the connection holding k1")
 					// Still under k2's Exclusive: k2 again runs on inner.
-					return Exclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+					return runExclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 						require.Same(t, outer, conn, "inside a transaction Exclusive is Serialize")
 						return 0, nil
 					})
@@ -219,7 +219,7 @@ func TestExclusiveNesting(t *testing.T) {
 				if err != nil {
 					return 0, err
 				}
-				return Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+				return runExclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 					require.Same(t, outer, conn)
 					return 0, nil
 				})
@@ -239,7 +239,7 @@ func TestExclusiveStoreClose(t *testing.T) {
 	done := make(chan error, 1)
 	var cause error
 	go func() {
-		_, err := Exclusive(ctx, s, key, func(fctx context.Context, conn *pgx.Conn) (int, error) {
+		_, err := runExclusive(ctx, s, key, func(fctx context.Context, conn *pgx.Conn) (int, error) {
 			close(entered)
 			<-fctx.Done()
 			cause = context.Cause(fctx)
@@ -251,7 +251,7 @@ func TestExclusiveStoreClose(t *testing.T) {
 	// A second caller of the key waits for this node's turn, in Go.
 	waiterDone := make(chan error, 1)
 	go func() {
-		_, err := Exclusive(ctx, s, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
+		_, err := runExclusive(ctx, s, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
 		waiterDone <- err
 	}()
 	id := serialLockID(t, s, key)

@@ -59,7 +59,7 @@ func TestExclusiveLossCancelsWithinLeaseBoundAndTokensFence(t *testing.T) {
 	done := make(chan stopped, 1)
 	go func() {
 		var r stopped
-		_, r.err = Exclusive(ctx, nodeA, key, func(fctx context.Context, conn *pgx.Conn) (int, error) {
+		_, r.err = runExclusive(ctx, nodeA, key, func(fctx context.Context, conn *pgx.Conn) (int, error) {
 			tok, _ := lockstore.TokenFrom(fctx)
 			n, err := fencedWrite(fctx, conn, "a", tok)
 			if err != nil || n != 1 {
@@ -92,7 +92,7 @@ func TestExclusiveLossCancelsWithinLeaseBoundAndTokensFence(t *testing.T) {
 
 	// The next holder writes with a greater token; the old one, writing
 	// late through its pool, is refused.
-	_, err = Exclusive(ctx, nodeB, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+	_, err = runExclusive(ctx, nodeB, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 		tok := lockstoretest.RequireToken(t, ctx)
 		require.Greater(t, tok, a.token)
 		n, err := fencedWrite(ctx, conn, "b", tok)
@@ -123,7 +123,7 @@ func TestExclusivePoolExhaustionIsNotALoss(t *testing.T) {
 	finish := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := Exclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+		_, err := runExclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 			close(running)
 			select {
 			case <-finish:
@@ -207,7 +207,7 @@ func TestExclusiveUnconfirmedLockIsLostWithinLeaseBound(t *testing.T) {
 	done := make(chan stopped, 1)
 	go func() {
 		var r stopped
-		_, _ = Exclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+		_, _ = runExclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 			close(running)
 			select {
 			case <-ctx.Done():

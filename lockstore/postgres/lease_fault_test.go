@@ -490,12 +490,12 @@ func TestSerializeWithoutDeadlineIsBoundedInSilence(t *testing.T) {
 	cfg.StatementTimeout = 300 * time.Millisecond
 	s := newTestStore(t, pool, cfg)
 	key := lockstore.Key{Namespace: "silent", ID: "serial"}
-	_, err := Serialize(context.Background(), s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	_, err := runSerialize(context.Background(), s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 	require.NoError(t, err, "before the fault")
 
 	p.BlackHole()
 	start := time.Now()
-	_, err = Serialize(context.Background(), s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	_, err = runSerialize(context.Background(), s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 	took := time.Since(start)
 	require.Error(t, err)
 	require.Less(t, took, cfg.StatementTimeout+statementBoundMargin+windowSlack+time.Second)

@@ -68,7 +68,7 @@ func TestNewThroughSessionPooling(t *testing.T) {
 
 	// Exclusive's watcher finds its session holding the lock: it looks the
 	// session up by the server's pid.
-	token, err := Exclusive(ctx, a, key, func(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	token, err := runExclusive(ctx, a, key, func(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		started := time.Now() // after the grant, which counts as confirmed
 		waitFor(t, "a watcher check", func() bool { return watcherConfirmedSince(a, started) || ctx.Err() != nil })
 		token, _ := lockstore.TokenFrom(ctx)
@@ -95,13 +95,13 @@ func TestLockConnStringBesideTransactionPooling(t *testing.T) {
 
 	key := lockstore.Key{Namespace: "bouncer", ID: "serialize"}
 	for _, s := range []*Store{a, b} {
-		n, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		n, err := runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			var n int
 			return n, tx.QueryRow(ctx, "SELECT 1").Scan(&n)
 		})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		pid, err := Exclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (uint32, error) {
+		pid, err := runExclusive(ctx, s, key, func(ctx context.Context, conn *pgx.Conn) (uint32, error) {
 			var pid uint32
 			return pid, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
 		})

@@ -17,44 +17,8 @@ import (
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
 
-// Serialize runs fn in a transaction that holds key's
-// pg_advisory_xact_lock, so that one fn at a time runs for key across every
-// node sharing the database, and returns what fn returns. A node's callers
-// for one key queue on a node-local mutex first, so waiters never drain
-// the pool; BEGIN, the lock and the token take one round trip.
-//
-// ctx bounds the wait: its deadline becomes the transaction's lock_timeout
-// (an error matching lockstore.ErrTimeout and context.DeadlineExceeded);
-// without one, Config.StatementTimeout bounds every statement
-// (lockstore.ErrTimeout). A wait that ctx ends returns ctx's error.
-//
-// fn gets a ctx that carries the transaction and the fencing token of
-// key's lock (lockstore.TokenFrom), greater than every token drawn before
-// on any node. When fn returns an error or panics, or ctx is done by the
-// time fn returns, the transaction rolls back: fn's error comes back as is
-// (joined with the rollback's error if that failed), a panic goes on after
-// the rollback. A failed commit comes back wrapped, matching
-// lockstore.ErrLockLost when the session ended before or during it. On any
-// error the result is T's zero value; fn's ctx is cancelled when Serialize
-// returns. Close cancels fn's ctx and rolls back (lockstore.ErrClosed).
-//
-// Inside an open transaction carried by ctx (an outer Serialize, or Store.WithTx),
-// Serialize runs fn in a savepoint, taking key's lock there unless the
-// transaction holds it; when fn fails, its writes, lock and effects roll
-// back to the savepoint and the outermost fn decides the commit. Functions
-// registered with lockstore.AfterCommit run after the outermost commit, in
-// order, and never on rollback. Keep fn to database work: anything slow in
-// it holds the lock.
-//
-// Bad input (a nil store or fn, an invalid key) gets an error at once, one
-// matching lockstore.ErrInvalidKey for a key; a closed store gets one
-// matching lockstore.ErrClosed. The call is a step a tracer in ctx sees
-// (observe.StepSerialize), and fn's context carries it.
-//
-// docs/lockstore.md#serialize-on-postgresql has the details: timeouts,
-// tokens after a crash, Close, nesting (and inside Exclusive), effects,
-// and an example.
-func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (v T, err error) {
+// runSerialize is Store.Serialize for a fn that returns a value.
+func runSerialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (v T, err error) {
 	ctx, end := observe.StartStep(ctx, observe.StepSerialize, key.Namespace)
 	defer func() { end(err) }()
 	return serialize(ctx, s, key, fn)

@@ -32,7 +32,7 @@ func newSerialBench(b *testing.B) *serialBench {
 	key := lockstore.Key{Namespace: "bench", ID: "uncontended"}
 	id := serialLockID(b, s, key)
 	nop := func(context.Context, pgx.Tx) (struct{}, error) { return struct{}{}, nil }
-	sb.serialize = func(ctx context.Context) error { _, err := Serialize(ctx, s, key, nop); return err }
+	sb.serialize = func(ctx context.Context) error { _, err := runSerialize(ctx, s, key, nop); return err }
 	sb.naive = func(ctx context.Context) error { return naiveSerialize(ctx, sb.pool, id) }
 	// Warm: connections made, statements prepared and cached.
 	for range 3 {

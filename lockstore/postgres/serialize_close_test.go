@@ -58,7 +58,7 @@ func TestCloseStopsRunningAndWaitingCalls(t *testing.T) {
 	// Runs, writes, and waits for its ctx.
 	run("heeds", func() (error, error) {
 		var cause error
-		_, err := Serialize(ctx, s, heeds, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, heeds, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			n, err := increment(ctx, tx, "heeds")
 			entered <- struct{}{}
 			select {
@@ -78,7 +78,7 @@ func TestCloseStopsRunningAndWaitingCalls(t *testing.T) {
 	t.Cleanup(release)
 	run("ignores", func() (error, error) {
 		var cause error
-		_, err := Serialize(ctx, s, ignores, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, ignores, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			n, err := increment(ctx, tx, "ignores")
 			entered <- struct{}{}
 			<-letGo
@@ -90,7 +90,7 @@ func TestCloseStopsRunningAndWaitingCalls(t *testing.T) {
 	// An Exclusive job waiting for its ctx.
 	run("job", func() (error, error) {
 		var cause error
-		_, err := Exclusive(ctx, s, job, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+		_, err := runExclusive(ctx, s, job, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 			entered <- struct{}{}
 			select {
 			case <-ctx.Done():
@@ -109,10 +109,10 @@ func TestCloseStopsRunningAndWaitingCalls(t *testing.T) {
 	nop := func(context.Context, pgx.Tx) (int, error) { return 0, nil }
 	waitCtx, cancel := context.WithTimeout(ctx, bounded)
 	defer cancel()
-	run("turn", func() (error, error) { _, err := Serialize(waitCtx, s, heeds, nop); return err, nil })
-	run("server", func() (error, error) { _, err := Serialize(waitCtx, s, remote, nop); return err, nil })
+	run("turn", func() (error, error) { _, err := runSerialize(waitCtx, s, heeds, nop); return err, nil })
+	run("server", func() (error, error) { _, err := runSerialize(waitCtx, s, remote, nop); return err, nil })
 	run("exclusive server", func() (error, error) {
-		_, err := Exclusive(waitCtx, s, remote, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
+		_, err := runExclusive(waitCtx, s, remote, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
 		return err, nil
 	})
 	waitFor(t, "the waiters wait", func() bool {

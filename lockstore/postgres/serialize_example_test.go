@@ -17,29 +17,29 @@ import (
 
 // Serialize a read-modify-write per lobby across every node, and publish
 // the result only once it is committed.
-func ExampleSerialize() {
+func ExampleStore_Serialize() {
 	ctx := context.Background()
 	err := withStore(ctx, func(store *postgres.Store, _ *pgxpool.Pool) error {
 		lobby := "lobby-42"
-		guessed, err := postgres.Serialize(ctx, store, lockstore.Key{Namespace: "lobby", ID: lobby},
-			func(ctx context.Context, tx pgx.Tx) ([]string, error) {
-				var words []string
+		var words []string
+		err := store.Serialize(ctx, lockstore.Key{Namespace: "lobby", ID: lobby},
+			func(ctx context.Context, tx pgx.Tx) error {
 				if err := tx.QueryRow(ctx, "SELECT guessed FROM game_state WHERE lobby = $1", lobby).Scan(&words); err != nil {
-					return nil, err
+					return err
 				}
 				words = append(words, "apple")
 				if _, err := tx.Exec(ctx, "UPDATE game_state SET guessed = $2 WHERE lobby = $1", lobby, words); err != nil {
-					return nil, err
+					return err
 				}
 				// Runs after the commit and the release of the lock; never
 				// if the transaction rolls back.
 				lockstore.AfterCommit(ctx, func() { fmt.Println("broadcast", lobby, words) })
-				return words, nil
+				return nil
 			})
 		if err != nil {
 			return err
 		}
-		fmt.Println(guessed)
+		fmt.Println(words)
 		return nil
 	})
 	if err != nil {
@@ -53,17 +53,19 @@ func ExampleSerialize() {
 // Run a periodic job once cluster-wide, stopping if the lock is lost, and
 // fencing its writes with the lock's token, so that a run that lost the
 // lock without noticing cannot overwrite a later one's.
-func ExampleExclusive() {
+func ExampleStore_Exclusive() {
 	ctx := context.Background()
 	err := withStore(ctx, func(store *postgres.Store, _ *pgxpool.Pool) error {
-		closed, err := postgres.Exclusive(ctx, store, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
-			func(ctx context.Context, conn *pgx.Conn) (int64, error) {
+		var closed int64
+		err := store.Exclusive(ctx, lockstore.Key{Namespace: "tournament.tick", ID: "all"},
+			func(ctx context.Context, conn *pgx.Conn) error {
 				// Each statement commits by itself; ctx is cancelled if this
 				// connection, and so the lock, is lost.
 				token, _ := lockstore.TokenFrom(ctx)
 				tag, err := conn.Exec(ctx, "UPDATE tournament SET state = 'closed', token = $1 "+
 					"WHERE state = 'open' AND ends_at < now() AND token <= $1", token)
-				return tag.RowsAffected(), err
+				closed = tag.RowsAffected()
+				return err
 			})
 		if err != nil {
 			return err
@@ -87,11 +89,11 @@ func ExampleStore_WithTx() {
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
 		tctx, effects := store.WithTx(ctx, tx)
-		_, err = postgres.Serialize(tctx, store, lockstore.Key{Namespace: "lobby", ID: "lobby-42"},
-			func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+		err = store.Serialize(tctx, lockstore.Key{Namespace: "lobby", ID: "lobby-42"},
+			func(ctx context.Context, tx pgx.Tx) error {
 				lockstore.AfterCommit(ctx, func() { fmt.Println("committed") })
 				_, err := tx.Exec(ctx, "UPDATE lobby SET players = players + 1 WHERE id = 'lobby-42'")
-				return struct{}{}, err
+				return err
 			})
 		if err != nil {
 			return err

@@ -34,18 +34,18 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 	t.Run("fn error", func(t *testing.T) {
 		var ran []string
 		effect := func(what string) func() { return func() { ran = append(ran, what) } }
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			_, err := increment(ctx, tx, "outer")
 			require.NoError(t, err)
 			lockstore.AfterCommit(ctx, effect("outer"))
 
-			_, err = Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err = runSerialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				_, err := increment(ctx, tx, "inner")
 				require.NoError(t, err)
 				lockstore.AfterCommit(ctx, effect("inner"))
 				// A deeper call succeeds, inside the one that fails: it goes
 				// with it.
-				_, err = Serialize(ctx, s, k3, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				_, err = runSerialize(ctx, s, k3, func(ctx context.Context, tx pgx.Tx) (int, error) {
 					lockstore.AfterCommit(ctx, effect("deep"))
 					return increment(ctx, tx, "deep")
 				})
@@ -55,7 +55,7 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 			require.ErrorIs(t, err, boom)
 
 			// The same key as the outer call: its savepoint too.
-			_, err = Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err = runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				_, err := increment(ctx, tx, "outer")
 				require.NoError(t, err)
 				lockstore.AfterCommit(ctx, effect("same key"))
@@ -65,7 +65,7 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 
 			// An error on the server inside the nested fn aborts only its
 			// savepoint.
-			_, err = Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err = runSerialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				_, err := tx.Exec(ctx, "SELECT 1/0")
 				return 0, err
 			})
@@ -81,7 +81,7 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 			require.NoError(t, admin.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", id2.Namespace, id2.ID).Scan(&got))
 			require.True(t, got, "k2 is still held after its savepoint rolled back")
 			require.NoError(t, admin.QueryRow(ctx, "SELECT pg_advisory_unlock($1, $2)", id2.Namespace, id2.ID).Scan(&got))
-			_, err = Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err = runSerialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				require.True(t, serialBackendHolds(ctx, t, admin, tx.Conn().PgConn().PID(), id2))
 				lockstore.AfterCommit(ctx, effect("later"))
 				return increment(ctx, tx, "later")
@@ -92,7 +92,7 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 			require.NoError(t, admin.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", id3.Namespace, id3.ID).Scan(&got))
 			require.True(t, got, "k3 is still held after the savepoint it was released into rolled back")
 			require.NoError(t, admin.QueryRow(ctx, "SELECT pg_advisory_unlock($1, $2)", id3.Namespace, id3.ID).Scan(&got))
-			_, err = Serialize(ctx, s, k3, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err = runSerialize(ctx, s, k3, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				require.True(t, serialBackendHolds(ctx, t, admin, tx.Conn().PgConn().PID(), id3), "k3 taken again")
 				return 0, nil
 			})
@@ -109,8 +109,8 @@ func TestSerializeNestedErrorRollsBackToItsSavepoint(t *testing.T) {
 	})
 
 	t.Run("fn swallows a server error", func(t *testing.T) {
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
-			_, err := Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err := runSerialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				_, err := increment(ctx, tx, "inner")
 				require.NoError(t, err)
 				_, err = tx.Exec(ctx, "SELECT 1/0")

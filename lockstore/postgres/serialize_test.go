@@ -72,7 +72,7 @@ func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
 	var wg sync.WaitGroup
 	hotErrs := make(chan error, hotCallers)
 	hotCall := func() {
-		_, err := Serialize(ctx, s, hot, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, hot, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			// Only this node's holder is on the server for the hot key:
 			// no pooled connection of the node waits there.
 			var granted, waiting int
@@ -112,7 +112,7 @@ func TestSerializeHotKeyHoldsOnePooledConnection(t *testing.T) {
 	for i := range otherCallers {
 		others.Go(func() {
 			key := lockstore.Key{Namespace: "lobby", ID: fmt.Sprintf("other-%d", i)}
-			_, err := Serialize(otherCtx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err := runSerialize(otherCtx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				_, err := tx.Exec(ctx, "INSERT INTO counter VALUES ($1, 1)", key.ID)
 				return 0, err
 			})
@@ -144,7 +144,7 @@ func TestSerializeLocalQueueIsFIFO(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
 	run := func(i int, block bool) {
-		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+		_, err := runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
@@ -189,9 +189,9 @@ func TestSerializeNesting(t *testing.T) {
 	id1, id2 := serialLockID(t, s, k1), serialLockID(t, s, k2)
 
 	t.Run("same key runs in a savepoint of the same transaction", func(t *testing.T) {
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
 			before := serialOwnWrites(t, outer.Conn())
-			got, err := Serialize(ctx, s, k1, func(ctx context.Context, inner pgx.Tx) (int, error) {
+			got, err := runSerialize(ctx, s, k1, func(ctx context.Context, inner pgx.Tx) (int, error) {
 				require.Same(t, outer, inner)
 				return 7, nil
 			})
@@ -205,10 +205,10 @@ func TestSerializeNesting(t *testing.T) {
 
 	t.Run("other key is taken on the outer transaction until it ends", func(t *testing.T) {
 		var pid uint32
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
 			pid = outer.Conn().PgConn().PID()
 			before := serialOwnWrites(t, outer.Conn())
-			_, err := Serialize(ctx, s, k2, func(ctx context.Context, inner pgx.Tx) (int, error) {
+			_, err := runSerialize(ctx, s, k2, func(ctx context.Context, inner pgx.Tx) (int, error) {
 				require.Same(t, outer, inner)
 				return 0, nil
 			})
@@ -226,7 +226,7 @@ func TestSerializeNesting(t *testing.T) {
 			// Same key again inside takes no lock: the savepoint and its
 			// release only.
 			before = serialOwnWrites(t, outer.Conn())
-			_, err = Serialize(ctx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			_, err = runSerialize(ctx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 			require.NoError(t, err)
 			require.Equal(t, before+2, serialOwnWrites(t, outer.Conn()))
 			return 0, nil
@@ -239,13 +239,13 @@ func TestSerializeNesting(t *testing.T) {
 	t.Run("a deadline inside restores the transaction's lock_timeout", func(t *testing.T) {
 		outerCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := Serialize(outerCtx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(outerCtx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			var outerTimeout string
 			require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&outerTimeout))
 			require.NotEqual(t, "0", outerTimeout, "the outer deadline should set lock_timeout")
 			innerCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			_, err := Serialize(innerCtx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			_, err := runSerialize(innerCtx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 			require.NoError(t, err)
 			var after string
 			require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&after))
@@ -263,12 +263,12 @@ func TestSerializeNesting(t *testing.T) {
 			_, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", id2.Namespace, id2.ID)
 			require.NoError(t, err)
 		}()
-		got, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (string, error) {
+		got, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (string, error) {
 			var before string
 			require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&before))
 			innerCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			defer cancel()
-			_, err := Serialize(innerCtx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			_, err := runSerialize(innerCtx, s, k2, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 			require.ErrorIs(t, err, lockstore.ErrTimeout)
 			require.False(t, serialBackendHolds(ctx, t, admin, tx.Conn().PgConn().PID(), id2))
 			// The outer fn decides: it goes on, and its transaction with it.
@@ -288,12 +288,12 @@ func TestSerializeNesting(t *testing.T) {
 		pid := tx.Conn().PgConn().PID()
 		tctx, effects := s.WithTx(ctx, tx)
 		ran := false
-		got, err := Serialize(tctx, s, k1, func(ctx context.Context, inner pgx.Tx) (string, error) {
+		got, err := runSerialize(tctx, s, k1, func(ctx context.Context, inner pgx.Tx) (string, error) {
 			require.Same(t, tx, inner)
 			lockstore.AfterCommit(ctx, func() { ran = true })
 			// Nested again, on another key and on the same one.
-			return Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (string, error) {
-				return Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (string, error) { return "deep", nil })
+			return runSerialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (string, error) {
+				return runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (string, error) { return "deep", nil })
 			})
 		})
 		require.NoError(t, err)
@@ -306,7 +306,7 @@ func TestSerializeNesting(t *testing.T) {
 		// caller commits.
 		done := make(chan error, 1)
 		go func() {
-			_, err := Serialize(ctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+			_, err := runSerialize(ctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 			done <- err
 		}()
 		waitFor(t, "the other caller waits on the server", func() bool {
@@ -322,8 +322,8 @@ func TestSerializeNesting(t *testing.T) {
 	})
 
 	t.Run("another store's transaction is not this store's", func(t *testing.T) {
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
-			return Serialize(ctx, other, k2, func(ctx context.Context, inner pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, k1, func(ctx context.Context, outer pgx.Tx) (int, error) {
+			return runSerialize(ctx, other, k2, func(ctx context.Context, inner pgx.Tx) (int, error) {
 				require.NotSame(t, outer, inner)
 				require.NotEqual(t, outer.Conn().PgConn().PID(), inner.Conn().PgConn().PID())
 				return 0, nil
@@ -334,7 +334,7 @@ func TestSerializeNesting(t *testing.T) {
 
 	t.Run("a nil transaction attached", func(t *testing.T) {
 		tctx, _ := s.WithTx(ctx, nil)
-		_, err := Serialize(tctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		_, err := runSerialize(tctx, s, k1, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 		require.ErrorContains(t, err, "nil transaction")
 	})
 }
@@ -351,7 +351,7 @@ func TestSerializeAfterCommit(t *testing.T) {
 
 	t.Run("after commit and release, in order", func(t *testing.T) {
 		var order []string
-		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			n, err := increment(ctx, tx, "c")
 			lockstore.AfterCommit(ctx, func() {
 				// The write is visible from another connection, and the
@@ -360,7 +360,7 @@ func TestSerializeAfterCommit(t *testing.T) {
 				require.Zero(t, serialQueued(s, id))
 				require.Zero(t, pool.Stat().AcquiredConns())
 			})
-			_, err2 := Serialize(ctx, s, lockstore.Key{Namespace: "effects", ID: "inner"}, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err2 := runSerialize(ctx, s, lockstore.Key{Namespace: "effects", ID: "inner"}, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				lockstore.AfterCommit(ctx, func() { order = append(order, "inner") })
 				return 0, nil
 			})
@@ -389,7 +389,7 @@ func TestSerializeLockTimeout(t *testing.T) {
 	require.NoError(t, err)
 
 	pidOf := func() uint32 {
-		pid, err := Serialize(ctx, s, lockstore.Key{Namespace: "timeout", ID: "free"}, func(ctx context.Context, tx pgx.Tx) (uint32, error) {
+		pid, err := runSerialize(ctx, s, lockstore.Key{Namespace: "timeout", ID: "free"}, func(ctx context.Context, tx pgx.Tx) (uint32, error) {
 			return tx.Conn().PgConn().PID(), nil
 		})
 		require.NoError(t, err)
@@ -439,7 +439,7 @@ func TestSerializeLockTimeout(t *testing.T) {
 		// No deadline: the server's lock_timeout is the only bound.
 		nctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		_, err := Serialize(nctx, short, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		_, err := runSerialize(nctx, short, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 		require.ErrorIs(t, err, lockstore.ErrTimeout)
 		require.NotErrorIs(t, err, context.DeadlineExceeded)
 	})
@@ -471,7 +471,7 @@ func TestSerializeLockTimeout(t *testing.T) {
 		entered := make(chan struct{})
 		done := make(chan error, 2)
 		go func() {
-			_, err := Serialize(ctx, s, free, func(context.Context, pgx.Tx) (int, error) {
+			_, err := runSerialize(ctx, s, free, func(context.Context, pgx.Tx) (int, error) {
 				close(entered)
 				<-release
 				return 0, nil
@@ -481,7 +481,7 @@ func TestSerializeLockTimeout(t *testing.T) {
 		<-entered
 		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		_, err := Serialize(wctx, s, free, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		_, err := runSerialize(wctx, s, free, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.NotErrorIs(t, err, lockstore.ErrTimeout)
 		require.Equal(t, 1, serialQueued(s, freeID), "the cancelled waiter left a trace")
@@ -491,7 +491,7 @@ func TestSerializeLockTimeout(t *testing.T) {
 
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", id.Namespace, id.ID)
 	require.NoError(t, err)
-	_, err = Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	_, err = runSerialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 	require.NoError(t, err)
 }
 
@@ -515,7 +515,7 @@ func TestSerializeRollback(t *testing.T) {
 
 	t.Run("fn error", func(t *testing.T) {
 		boom := errors.New("boom")
-		got, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		got, err := runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			n, err := increment(ctx, tx, "r")
 			require.NoError(t, err)
 			return n, boom
@@ -527,7 +527,7 @@ func TestSerializeRollback(t *testing.T) {
 
 	t.Run("fn panic", func(t *testing.T) {
 		require.PanicsWithValue(t, "fn panics", func() {
-			_, _ = Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, _ = runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				_, err := increment(ctx, tx, "r")
 				require.NoError(t, err)
 				panic("fn panics")
@@ -538,7 +538,7 @@ func TestSerializeRollback(t *testing.T) {
 
 	t.Run("rollback error joins fn's", func(t *testing.T) {
 		boom := errors.New("boom")
-		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			_, err := increment(ctx, tx, "r")
 			require.NoError(t, err)
 			require.NoError(t, tx.Conn().Close(ctx)) // the rollback will fail
@@ -550,7 +550,7 @@ func TestSerializeRollback(t *testing.T) {
 	})
 
 	t.Run("commit error is wrapped", func(t *testing.T) {
-		_, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			_, err := increment(ctx, tx, "r")
 			require.NoError(t, err)
 			_, err = tx.Exec(ctx, "SELECT 1/0") // swallowed: the transaction is aborted
@@ -564,7 +564,7 @@ func TestSerializeRollback(t *testing.T) {
 
 	t.Run("ctx done before commit", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
-		_, err := Serialize(cctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(cctx, s, key, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			n, err := increment(ctx, tx, "r")
 			cancel()
 			return n, err
@@ -582,11 +582,11 @@ func TestSerializeBadInput(t *testing.T) {
 	nop := func(context.Context, pgx.Tx) (int, error) { return 0, nil }
 	good := lockstore.Key{Namespace: "bad", ID: "input"}
 
-	_, err := Serialize[int](ctx, s, good, nil)
+	_, err := runSerialize[int](ctx, s, good, nil)
 	require.ErrorContains(t, err, "nil fn")
-	_, err = Serialize(ctx, nil, good, nop)
+	_, err = runSerialize(ctx, nil, good, nop)
 	require.ErrorContains(t, err, "nil *Store")
-	_, err = Exclusive[int](ctx, s, good, nil)
+	_, err = runExclusive[int](ctx, s, good, nil)
 	require.ErrorContains(t, err, "nil fn")
 	require.Zero(t, pool.Stat().AcquiredConns())
 }
@@ -603,7 +603,7 @@ func TestSerializeClosedStore(t *testing.T) {
 	release := make(chan struct{})
 	holderDone := make(chan error, 1)
 	go func() {
-		_, err := Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) {
 			close(entered)
 			<-release
 			return 0, nil
@@ -613,7 +613,7 @@ func TestSerializeClosedStore(t *testing.T) {
 	<-entered
 	waiterDone := make(chan error, 1)
 	go func() {
-		_, err := Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+		_, err := runSerialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 		waiterDone <- err
 	}()
 	id := serialLockID(t, s, key)
@@ -642,10 +642,10 @@ func TestSerializeRoundTrips(t *testing.T) {
 		return serialConnWrites(ctx, t, pool) - before
 	}
 
-	serialize := measure(func() error { _, err := Serialize(ctx, s, key, nop); return err })
+	serialize := measure(func() error { _, err := runSerialize(ctx, s, key, nop); return err })
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	withDeadline := measure(func() error { _, err := Serialize(dctx, s, key, nop); return err })
+	withDeadline := measure(func() error { _, err := runSerialize(dctx, s, key, nop); return err })
 	naive := measure(func() error { return naiveSerialize(ctx, pool, id) })
 	t.Logf("round trips per op: Serialize %d (with deadline %d), naive %d", serialize, withDeadline, naive)
 	require.Equal(t, int64(2), serialize)
@@ -684,7 +684,7 @@ func TestSerializeQueueIsNotTheLockers(t *testing.T) {
 	require.Zero(t, serialQueued(s, id), "the Locker's turn is in Serialize's queue")
 	require.NoError(t, l.Release(ctx))
 
-	_, err = Serialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) {
+	_, err = runSerialize(ctx, s, key, func(context.Context, pgx.Tx) (int, error) {
 		require.Equal(t, 1, serialQueued(s, id))
 		require.Zero(t, queuedWithHolder(s.queue, id), "Serialize's turn is in the Locker's queue")
 		return 0, nil

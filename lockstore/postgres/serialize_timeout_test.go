@@ -24,7 +24,7 @@ func TestStatementTimeoutWithoutDeadline(t *testing.T) {
 	key := lockstore.Key{Namespace: "stmt", ID: "timeout"}
 	show := func(ctx context.Context, t *testing.T) string {
 		t.Helper()
-		v, err := Serialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (string, error) {
+		v, err := runSerialize(ctx, s, key, func(ctx context.Context, tx pgx.Tx) (string, error) {
 			var v string
 			err := tx.QueryRow(ctx, "SHOW statement_timeout").Scan(&v)
 			return v, err
@@ -53,7 +53,7 @@ func TestStatementTimeoutWithoutDeadline(t *testing.T) {
 	// machine's DDL can outlast (100ms failed New with 57014 in CI).
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "1000"
 	lower := newTestStore(t, serialPoolFromConfig(t, cfg), Config{StatementTimeout: 3 * time.Second})
-	v, err := Serialize(noDeadline, lower, key, func(ctx context.Context, tx pgx.Tx) (string, error) {
+	v, err := runSerialize(noDeadline, lower, key, func(ctx context.Context, tx pgx.Tx) (string, error) {
 		var v string
 		err := tx.QueryRow(ctx, "SHOW statement_timeout").Scan(&v)
 		return v, err
@@ -67,12 +67,12 @@ func TestStatementTimeoutWithoutDeadline(t *testing.T) {
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", id.Namespace, id.ID)
 	require.NoError(t, err)
 	start := time.Now()
-	_, err = Serialize(noDeadline, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
+	_, err = runSerialize(noDeadline, s, key, func(context.Context, pgx.Tx) (int, error) { return 0, nil })
 	require.ErrorIs(t, err, lockstore.ErrTimeout)
 	require.NotErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(start), 2*time.Second)
 	start = time.Now()
-	_, err = Exclusive(noDeadline, s, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
+	_, err = runExclusive(noDeadline, s, key, func(context.Context, *pgx.Conn) (int, error) { return 0, nil })
 	require.ErrorIs(t, err, lockstore.ErrTimeout)
 	require.NotErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(start), 2*time.Second)

@@ -44,22 +44,22 @@ func TestSerializeTokens(t *testing.T) {
 	}
 
 	t.Run("Exclusive draws one; Serialize inside reuses it for its key", func(t *testing.T) {
-		_, err := Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+		_, err := runExclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 			tok := lockstoretest.RequireToken(t, ctx)
 			next(t, tok)
-			_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				require.Equal(t, tok, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
 			require.NoError(t, err)
-			_, err = Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			_, err = runSerialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				next(t, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
 			require.NoError(t, err)
-			_, err = Exclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+			_, err = runExclusive(ctx, s, k2, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 				next(t, lockstoretest.RequireToken(t, ctx))
-				return Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
+				return runExclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int, error) {
 					require.Equal(t, tok, lockstoretest.RequireToken(t, ctx), "k1 again under k2: k1's token")
 					return 0, nil
 				})
@@ -88,7 +88,7 @@ func TestSerializeTokens(t *testing.T) {
 
 	t.Run("Serialize bumps an epoch that is not live", func(t *testing.T) {
 		before := notLive(t)
-		tok, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int64, error) {
+		tok, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int64, error) {
 			return lockstoretest.RequireToken(t, ctx), nil
 		})
 		require.NoError(t, err)
@@ -97,10 +97,10 @@ func TestSerializeTokens(t *testing.T) {
 
 	t.Run("nested Serialize bumps an epoch that is not live", func(t *testing.T) {
 		var before int64
-		_, err := Serialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := runSerialize(ctx, s, k1, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			next(t, lockstoretest.RequireToken(t, ctx))
 			before = notLive(t)
-			return Serialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
+			return runSerialize(ctx, s, k2, func(ctx context.Context, tx pgx.Tx) (int, error) {
 				bumped(t, before, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
@@ -110,7 +110,7 @@ func TestSerializeTokens(t *testing.T) {
 
 	t.Run("Exclusive bumps an epoch that is not live", func(t *testing.T) {
 		before := notLive(t)
-		tok, err := Exclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int64, error) {
+		tok, err := runExclusive(ctx, s, k1, func(ctx context.Context, conn *pgx.Conn) (int64, error) {
 			return lockstoretest.RequireToken(t, ctx), nil
 		})
 		require.NoError(t, err)

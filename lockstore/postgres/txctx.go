@@ -71,17 +71,81 @@ func withExclusiveScope(ctx context.Context, sc *exclusiveScope) context.Context
 // are pgx.Tx, and Exclusive's fn gets a *pgx.Conn.
 var _ lockstore.TxLocker[pgx.Tx, *pgx.Conn] = (*Store)(nil)
 
-// Serialize is the package's Serialize for a fn that returns only an
-// error: the method of lockstore.TxLocker.
+// Serialize runs fn in a transaction that holds key's
+// pg_advisory_xact_lock, so that one fn at a time runs for key across every
+// node sharing the database. A node's callers
+// for one key queue on a node-local mutex first, so waiters never drain
+// the pool; BEGIN, the lock and the token take one round trip.
+//
+// ctx bounds the wait: its deadline becomes the transaction's lock_timeout
+// (an error matching lockstore.ErrTimeout and context.DeadlineExceeded);
+// without one, Config.StatementTimeout bounds every statement
+// (lockstore.ErrTimeout). A wait that ctx ends returns ctx's error.
+//
+// fn gets a ctx that carries the transaction and the fencing token of
+// key's lock (lockstore.TokenFrom), greater than every token drawn before
+// on any node. When fn returns an error or panics, or ctx is done by the
+// time fn returns, the transaction rolls back: fn's error comes back as is
+// (joined with the rollback's error if that failed), a panic goes on after
+// the rollback. A failed commit comes back wrapped, matching
+// lockstore.ErrLockLost when the session ended before or during it. fn's
+// ctx is cancelled when Serialize returns. Close cancels fn's ctx and rolls back (lockstore.ErrClosed).
+//
+// Inside an open transaction carried by ctx (an outer Serialize, or Store.WithTx),
+// Serialize runs fn in a savepoint, taking key's lock there unless the
+// transaction holds it; when fn fails, its writes, lock and effects roll
+// back to the savepoint and the outermost fn decides the commit. Functions
+// registered with lockstore.AfterCommit run after the outermost commit, in
+// order, and never on rollback. Keep fn to database work: anything slow in
+// it holds the lock.
+//
+// Bad input (a nil fn, an invalid key) gets an error at once, one
+// matching lockstore.ErrInvalidKey for a key; a closed store gets one
+// matching lockstore.ErrClosed. The call is a step a tracer in ctx sees
+// (observe.StepSerialize), and fn's context carries it.
+//
+// docs/lockstore.md#serialize-on-postgresql has the details: timeouts,
+// tokens after a crash, Close, nesting (and inside Exclusive), effects,
+// and an example.
 func (s *Store) Serialize(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	_, err := Serialize(ctx, s, key, txnest.Unit(fn))
+	_, err := runSerialize(ctx, s, key, txnest.Unit(fn))
 	return err
 }
 
-// Exclusive is the package's Exclusive for a fn that returns only an
-// error: the method of lockstore.TxLocker.
+// Exclusive runs fn holding key's session advisory lock, outside any
+// transaction, for a job that must run once cluster-wide and makes its own
+// short writes (each commits, and runs its AfterCommit effects, by itself).
+//
+// fn gets a connection of its own, taken from the store's pool and never
+// given back to it (it would still hold the lock); fn may use it, the pool,
+// or Serialize, which for fn's ctx runs on this connection. A node's
+// callers for key queue in Go, then wait on the server until no other node
+// holds key. ctx bounds the wait, as in Serialize: its deadline, or else
+// Config.StatementTimeout, ends it with lockstore.ErrTimeout.
+//
+// fn's ctx carries the fencing token of the lock (lockstore.TokenFrom),
+// greater than every token drawn before on any node: pass it to the
+// resources fn writes, so that they can refuse a holder that lost the
+// lock. fn's ctx is cancelled, with a cause matching lockstore.ErrLockLost,
+// within Config.LeaseBound of a loss, and with lockstore.ErrClosed when
+// the store closes. fn should then stop: another node may already run the
+// job, with a greater token.
+//
+// When fn returns (or panics) Exclusive unlocks, checks that the unlock
+// freed the lock, and closes the connection. The error is fn's, joined with one matching lockstore.ErrLockLost when
+// the lock was lost or could not be confirmed to the end (the run may not
+// have been alone), or lockstore.ErrClosed.
+//
+// Inside an open transaction carried by ctx (see Serialize and Store.WithTx),
+// Exclusive is Serialize: it takes key's lock on that transaction, in a
+// savepoint, and fn gets the transaction's connection. Inside an Exclusive
+// on the same store and key, however deep, it runs fn at once on that
+// call's connection, with that call's token.
+//
+// docs/lockstore.md#exclusive-on-postgresql has the details (the watcher,
+// Close, an example).
 func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, conn *pgx.Conn) error) error {
-	_, err := Exclusive(ctx, s, key, txnest.Unit(fn))
+	_, err := runExclusive(ctx, s, key, txnest.Unit(fn))
 	return err
 }
 
@@ -109,7 +173,7 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 //	}
 //	defer tx.Rollback(ctx)
 //	ctx, effects := store.WithTx(ctx, tx)
-//	if _, err := postgres.Serialize(ctx, store, key, work); err != nil {
+//	if err := store.Serialize(ctx, key, work); err != nil {
 //		return err
 //	}
 //	if err := tx.Commit(ctx); err != nil {

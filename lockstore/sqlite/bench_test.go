@@ -32,7 +32,7 @@ func BenchmarkSerialize(b *testing.B) {
 			k := lockstore.Key{Namespace: "bench", ID: "c"}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := sqlite.Serialize(ctx, s, k, body.fn); err != nil {
+				if _, err := sqlite.SerializeValue(ctx, s, k, body.fn); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -16,7 +16,7 @@ import (
 // A nested Serialize runs in a savepoint: when its fn fails, its writes
 // and its effects are dropped, even though the outer fn goes on and
 // commits. Each fn's ctx carries the fencing token of its key.
-func ExampleSerialize_nested() {
+func ExampleStore_Serialize_nested() {
 	dir, err := os.MkdirTemp("", "claimbus-example")
 	if err != nil {
 		log.Fatal(err)
@@ -41,27 +41,27 @@ func ExampleSerialize_nested() {
 		_, err := tx.ExecContext(ctx, "INSERT INTO ledger (entry) VALUES (?)", entry)
 		return err
 	}
-	_, err = sqlite.Serialize(ctx, store, lockstore.Key{Namespace: "account", ID: "alice"},
-		func(ctx context.Context, tx *sql.Tx) (struct{}, error) {
+	err = store.Serialize(ctx, lockstore.Key{Namespace: "account", ID: "alice"},
+		func(ctx context.Context, tx *sql.Tx) error {
 			token, _ := lockstore.TokenFrom(ctx)
 			fmt.Println("alice's token:", token)
 			if err := insert(ctx, tx, "alice pays 10"); err != nil {
-				return struct{}{}, err
+				return err
 			}
 			lockstore.AfterCommit(ctx, func() { fmt.Println("effect: alice paid") })
 
-			_, err := sqlite.Serialize(ctx, store, lockstore.Key{Namespace: "account", ID: "bob"},
-				func(ctx context.Context, tx *sql.Tx) (struct{}, error) {
+			err := store.Serialize(ctx, lockstore.Key{Namespace: "account", ID: "bob"},
+				func(ctx context.Context, tx *sql.Tx) error {
 					token, _ := lockstore.TokenFrom(ctx)
 					fmt.Println("bob's token:", token)
 					if err := insert(ctx, tx, "bob receives 10"); err != nil {
-						return struct{}{}, err
+						return err
 					}
 					lockstore.AfterCommit(ctx, func() { fmt.Println("effect: bob was paid") })
-					return struct{}{}, errors.New("bob's account is closed")
+					return errors.New("bob's account is closed")
 				})
 			fmt.Println("inner:", err)
-			return struct{}{}, nil // alice's payment goes on to a suspense account
+			return nil // alice's payment goes on to a suspense account
 		})
 	if err != nil {
 		log.Fatal(err)

@@ -54,7 +54,7 @@ func TestRollbackErrorComesBackWrapped(t *testing.T) {
 	ctx := context.Background()
 	k := lockstore.Key{Namespace: "n", ID: "i"}
 	fnErr := errors.New("fn failed")
-	_, err := Serialize(ctx, s, k, func(context.Context, *sql.Tx) (int, error) { return 0, fnErr })
+	_, err := runSerialize(ctx, s, k, func(context.Context, *sql.Tx) (int, error) { return 0, fnErr })
 	require.ErrorIs(t, err, fnErr)
 	require.ErrorIs(t, err, errRollback)
 	require.ErrorContains(t, err, `sqlite: Serialize "n/i": rollback: rollback failed`)
@@ -63,7 +63,7 @@ func TestRollbackErrorComesBackWrapped(t *testing.T) {
 	l, err := s.TryLock(ctx, k)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
-	v, err := Serialize(ctx, s, k, func(context.Context, *sql.Tx) (int, error) { return 7, nil })
+	v, err := runSerialize(ctx, s, k, func(context.Context, *sql.Tx) (int, error) { return 7, nil })
 	require.NoError(t, err)
 	require.Equal(t, 7, v)
 }

@@ -87,7 +87,7 @@ func TestGuardLeavesSQLiteLocksAlone(t *testing.T) {
 
 	s, err := sqlite.New(ctx, db, sqlite.Config{})
 	require.NoError(t, err)
-	_, err = sqlite.Serialize(ctx, s, key("k"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+	_, err = sqlite.SerializeValue(ctx, s, key("k"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 		_, err := tx.ExecContext(ctx, "INSERT INTO t VALUES (1)")
 		return 0, err
 	})

@@ -10,37 +10,8 @@ import (
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
 
-// Serialize runs fn in a transaction begun IMMEDIATE while holding key's
-// in-process lock, so that one fn at a time runs for key, and returns what
-// fn returns.
-//
-// Callers for one key queue on the store's lock, first come first served;
-// the one at its head then waits for the store's write gate (SQLite has one
-// writer: Serialize transactions on different keys take turns in Go) and
-// begins with BEGIN IMMEDIATE, which takes SQLite's write lock at once, so
-// that fn's reads and writes see no other writer. A writer outside the
-// store holding the write lock is waited for up to the busy timeout; when
-// that runs out, the error matches lockstore.ErrTimeout.
-//
-// ctx bounds the waits and the transaction: a wait ctx ends returns an
-// error matching ctx's error, and when ctx is done before the commit, the
-// transaction rolls back.
-//
-// fn gets a ctx that carries the transaction and a fencing token
-// (lockstore.TokenFrom), drawn once the write lock is taken: greater than
-// every token Serialize and Exclusive handed out before on this database
-// file, across restarts of the store (the tokens' high-water mark is kept
-// in the table claimbus_token, see New). When fn returns an error or
-// panics, the transaction rolls back: the error comes back as is, joined
-// with the rollback's error (wrapped) if that failed too, and a panic goes
-// on after the rollback and the release. When the store ends the lock
-// before the commit (Close, Reset, a lease that ran out), the transaction
-// rolls back and the error matches lockstore.ErrLockLost. A failed commit
-// comes back wrapped. On any error the result is T's zero value.
-//
-// Nesting inside an open transaction, AfterCommit effects and bad input:
-// docs/lockstore.md#serialize-nesting.
-func Serialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx *sql.Tx) (T, error)) (T, error) {
+// runSerialize is Store.Serialize for a fn that returns a value.
+func runSerialize[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, tx *sql.Tx) (T, error)) (T, error) {
 	var zero T
 	if err := s.precheck("Serialize", key, fn == nil); err != nil {
 		return zero, err
@@ -210,24 +181,8 @@ func (st *serialTxn) lost() bool {
 	}
 }
 
-// Exclusive runs fn holding key's in-process lock, but not in a
-// transaction: for a job that must run once at a time and makes its own
-// short writes, each committing (and running its lockstore.AfterCommit
-// effects) by itself. fn gets the store's *sql.DB as q. SQLite is a single
-// node, so the lock alone gives the once-only guarantee.
-//
-// fn's ctx carries a fencing token (lockstore.TokenFrom), as in Serialize.
-// It is cancelled, with a cause matching lockstore.ErrLockLost, when the
-// store ends the lock (Close, Reset, a lease that ran out); the error then
-// matches lockstore.ErrLockLost too. ctx bounds the wait for the lock.
-//
-// Inside an open transaction carried by ctx (see Serialize), Exclusive is
-// Serialize: fn runs on that transaction, in a savepoint, given as q.
-// Inside Exclusive or Serialize on the same key, it does not wait for the
-// lock its caller holds, and uses its caller's token.
-//
-// Bad input gets an error at once, as with Serialize.
-func Exclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, q Querier) (T, error)) (T, error) {
+// runExclusive is Store.Exclusive for a fn that returns a value.
+func runExclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, q Querier) (T, error)) (T, error) {
 	var zero T
 	if err := s.precheck("Exclusive", key, fn == nil); err != nil {
 		return zero, err

@@ -77,13 +77,13 @@ func TestSerializeMutualExclusion(t *testing.T) {
 				}
 				var err error
 				if g%2 == 0 {
-					_, err = sqlite.Serialize(ctx, s, key(names[i]), func(ctx context.Context, tx *sql.Tx) (int, error) {
+					_, err = sqlite.SerializeValue(ctx, s, key(names[i]), func(ctx context.Context, tx *sql.Tx) (int, error) {
 						return work(ctx, tx)
 					})
 				} else {
 					// No transaction: the read and the write commit one by
 					// one, and only the key's lock keeps others out between.
-					_, err = sqlite.Exclusive(ctx, s, key(names[i]), work)
+					_, err = sqlite.ExclusiveValue(ctx, s, key(names[i]), work)
 				}
 				if err != nil {
 					t.Error(err) // not require: FailNow must run on the test's goroutine
@@ -110,14 +110,14 @@ func TestSerializeReturnsAndRollsBack(t *testing.T) {
 	ctx := ctxT(t)
 	s, db := counterStore(t)
 
-	n, err := sqlite.Serialize(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+	n, err := sqlite.SerializeValue(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 		return increment(ctx, tx, "x")
 	})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
 	// On error the value is T's zero (the rollback is RunTx's).
-	n, err = sqlite.Serialize(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+	n, err = sqlite.SerializeValue(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 		v, err := increment(ctx, tx, "x")
 		require.NoError(t, err)
 		return v, errors.New("boom")
@@ -127,7 +127,7 @@ func TestSerializeReturnsAndRollsBack(t *testing.T) {
 	require.Equal(t, 1, count(t, db, "x"), "a failed fn's write was committed")
 
 	// A commit that fails comes back wrapped: fn ended the transaction.
-	_, err = sqlite.Serialize(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+	_, err = sqlite.SerializeValue(ctx, s, key("x"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 		return 0, tx.Rollback()
 	})
 	require.ErrorIs(t, err, sql.ErrTxDone)
@@ -145,22 +145,22 @@ func TestSerializeNesting(t *testing.T) {
 	s, db := counterStore(t)
 
 	t.Run("same and other keys join the outer transaction", func(t *testing.T) {
-		n, err := sqlite.Serialize(ctx, s, key("n1"), func(ctx context.Context, outer *sql.Tx) (int, error) {
+		n, err := sqlite.SerializeValue(ctx, s, key("n1"), func(ctx context.Context, outer *sql.Tx) (int, error) {
 			if _, err := increment(ctx, outer, "n1"); err != nil {
 				return 0, err
 			}
-			same, err := sqlite.Serialize(ctx, s, key("n1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			same, err := sqlite.SerializeValue(ctx, s, key("n1"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 				require.Same(t, outer, tx)
 				return increment(ctx, tx, "n1")
 			})
 			require.NoError(t, err)
 			require.Equal(t, 2, same)
-			_, err = sqlite.Serialize(ctx, s, key("n2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			_, err = sqlite.SerializeValue(ctx, s, key("n2"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 				require.Same(t, outer, tx)
 				return increment(ctx, tx, "n2")
 			})
 			require.NoError(t, err)
-			_, err = sqlite.Exclusive(ctx, s, key("n3"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+			_, err = sqlite.ExclusiveValue(ctx, s, key("n3"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 				require.Same(t, outer, q, "Exclusive inside a transaction is Serialize")
 				return 0, nil
 			})
@@ -179,13 +179,13 @@ func TestSerializeNesting(t *testing.T) {
 	})
 
 	t.Run("inside Exclusive on the same key", func(t *testing.T) {
-		_, err := sqlite.Exclusive(ctx, s, key("e"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+		_, err := sqlite.ExclusiveValue(ctx, s, key("e"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 			require.Same(t, db, q, "outside a transaction Exclusive hands out the *sql.DB")
-			_, err := sqlite.Exclusive(ctx, s, key("e"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+			_, err := sqlite.ExclusiveValue(ctx, s, key("e"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 				return 0, nil
 			})
 			require.NoError(t, err)
-			n, err := sqlite.Serialize(ctx, s, key("e"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			n, err := sqlite.SerializeValue(ctx, s, key("e"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 				return increment(ctx, tx, "e")
 			})
 			require.NoError(t, err)
@@ -204,8 +204,8 @@ func TestSerializeNesting(t *testing.T) {
 
 	t.Run("another store's transaction is not joined", func(t *testing.T) {
 		s2, db2 := counterStore(t)
-		_, err := sqlite.Serialize(ctx, s, key("o"), func(ctx context.Context, outer *sql.Tx) (int, error) {
-			return sqlite.Serialize(ctx, s2, key("o"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		_, err := sqlite.SerializeValue(ctx, s, key("o"), func(ctx context.Context, outer *sql.Tx) (int, error) {
+			return sqlite.SerializeValue(ctx, s2, key("o"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 				require.NotSame(t, outer, tx)
 				return increment(ctx, tx, "o")
 			})
@@ -224,7 +224,7 @@ func TestWithTx(t *testing.T) {
 	require.NoError(t, err)
 	defer tx.Rollback()
 	tctx, _ := s.WithTx(ctx, tx)
-	_, err = sqlite.Serialize(tctx, s, key("w"), func(ctx context.Context, got *sql.Tx) (int, error) {
+	_, err = sqlite.SerializeValue(tctx, s, key("w"), func(ctx context.Context, got *sql.Tx) (int, error) {
 		return increment(ctx, got, "w")
 	})
 	require.NoError(t, err)
@@ -247,7 +247,7 @@ func TestSerializeDeadlineWhileWaiting(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		called := false
-		_, err = sqlite.Serialize(dctx, s, key("d"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		_, err = sqlite.SerializeValue(dctx, s, key("d"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 			called = true
 			return 0, nil
 		})
@@ -255,7 +255,7 @@ func TestSerializeDeadlineWhileWaiting(t *testing.T) {
 		require.False(t, called)
 		require.Zero(t, s.Waiting(key("d")), "the timed-out waiter stayed queued")
 
-		_, err = sqlite.Exclusive(dctx, s, key("d"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+		_, err = sqlite.ExclusiveValue(dctx, s, key("d"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 			called = true
 			return 0, nil
 		})
@@ -279,7 +279,7 @@ func TestSerializeDeadlineWhileWaiting(t *testing.T) {
 		writeLocked(t, db)
 		dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		_, err := sqlite.Serialize(dctx, s, key("w"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		_, err := sqlite.SerializeValue(dctx, s, key("w"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 			t.Error("fn ran without the write lock")
 			return 0, nil
 		})
@@ -294,7 +294,7 @@ func TestSerializeDeadlineWhileWaiting(t *testing.T) {
 		short := openDB(t, testDSN(path, 50*time.Millisecond))
 		s := newStore(t, short, sqlite.Config{})
 		writeLocked(t, short)
-		_, err := sqlite.Serialize(ctx, s, key("w"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		_, err := sqlite.SerializeValue(ctx, s, key("w"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 			t.Error("fn ran without the write lock")
 			return 0, nil
 		})
@@ -309,7 +309,7 @@ func TestStoreEndsTheLockDuringFn(t *testing.T) {
 
 	t.Run("Exclusive cancels fn's ctx", func(t *testing.T) {
 		s, _ := counterStore(t)
-		_, err := sqlite.Exclusive(ctx, s, key("l"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+		_, err := sqlite.ExclusiveValue(ctx, s, key("l"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 			require.NoError(t, s.Close())
 			<-ctx.Done()
 			require.ErrorIs(t, context.Cause(ctx), lockstore.ErrLockLost)
@@ -327,13 +327,13 @@ func TestBadInput(t *testing.T) {
 	fn := func(ctx context.Context, tx *sql.Tx) (int, error) { return 0, nil }
 	xfn := func(ctx context.Context, q sqlite.Querier) (int, error) { return 0, nil }
 
-	_, err := sqlite.Serialize(ctx, nil, key("k"), fn)
+	_, err := sqlite.SerializeValue(ctx, nil, key("k"), fn)
 	require.ErrorContains(t, err, "nil *Store")
-	_, err = sqlite.Serialize[int](ctx, s, key("k"), nil)
+	_, err = sqlite.SerializeValue[int](ctx, s, key("k"), nil)
 	require.ErrorContains(t, err, "nil fn")
-	_, err = sqlite.Exclusive(ctx, nil, key("k"), xfn)
+	_, err = sqlite.ExclusiveValue(ctx, nil, key("k"), xfn)
 	require.ErrorContains(t, err, "nil *Store")
-	_, err = sqlite.Exclusive[int](ctx, s, key("k"), nil)
+	_, err = sqlite.ExclusiveValue[int](ctx, s, key("k"), nil)
 	require.ErrorContains(t, err, "nil fn")
 }
 
@@ -344,7 +344,7 @@ func TestExclusivePanicLeavesNoGoroutine(t *testing.T) {
 	s, _ := counterStore(t)
 	ignore := goleak.IgnoreCurrent()
 	require.PanicsWithValue(t, "kaput", func() {
-		_, _ = sqlite.Exclusive(ctx, s, key("xp"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+		_, _ = sqlite.ExclusiveValue(ctx, s, key("xp"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 			panic("kaput")
 		})
 	})

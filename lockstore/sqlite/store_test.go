@@ -162,9 +162,9 @@ func TestFileLockOutlivesRunningCalls(t *testing.T) {
 				}
 				var err error
 				if op == "Exclusive" {
-					_, err = sqlite.Exclusive(ctx, s, key("f"), func(ctx context.Context, _ sqlite.Querier) (int, error) { return 0, work(ctx) })
+					_, err = sqlite.ExclusiveValue(ctx, s, key("f"), func(ctx context.Context, _ sqlite.Querier) (int, error) { return 0, work(ctx) })
 				} else {
-					_, err = sqlite.Serialize(ctx, s, key("f"), func(ctx context.Context, _ *sql.Tx) (int, error) { return 0, work(ctx) })
+					_, err = sqlite.SerializeValue(ctx, s, key("f"), func(ctx context.Context, _ *sql.Tx) (int, error) { return 0, work(ctx) })
 				}
 				done <- err
 			}()

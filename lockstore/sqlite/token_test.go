@@ -14,7 +14,7 @@ import (
 
 func serializeToken(t *testing.T, ctx context.Context, s *sqlite.Store, k lockstore.Key) int64 {
 	t.Helper()
-	tok, err := sqlite.Serialize(ctx, s, k, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	tok, err := sqlite.SerializeValue(ctx, s, k, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		return lockstoretest.RequireToken(t, ctx), nil
 	})
 	require.NoError(t, err)
@@ -35,18 +35,18 @@ func TestTokens(t *testing.T) {
 	for range 3 {
 		next(t, serializeToken(t, ctx, s, key("a")))
 	}
-	_, err := sqlite.Serialize(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+	_, err := sqlite.SerializeValue(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 		outer := lockstoretest.RequireToken(t, ctx)
 		next(t, outer)
-		_, err := sqlite.Serialize(ctx, s, key("b"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		_, err := sqlite.SerializeValue(ctx, s, key("b"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 			inner := lockstoretest.RequireToken(t, ctx)
 			next(t, inner)
-			_, err := sqlite.Serialize(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			_, err := sqlite.SerializeValue(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 				require.Equal(t, outer, lockstoretest.RequireToken(t, ctx), "the same key again: its token")
 				return 0, nil
 			})
 			require.NoError(t, err)
-			return sqlite.Serialize(ctx, s, key("b"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+			return sqlite.SerializeValue(ctx, s, key("b"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 				require.Equal(t, inner, lockstoretest.RequireToken(t, ctx))
 				return 0, nil
 			})
@@ -57,17 +57,17 @@ func TestTokens(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	_, err = sqlite.Exclusive(ctx, s, key("a"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+	_, err = sqlite.ExclusiveValue(ctx, s, key("a"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 		tok := lockstoretest.RequireToken(t, ctx)
 		next(t, tok)
-		_, err := sqlite.Serialize(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		_, err := sqlite.SerializeValue(ctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 			require.Equal(t, tok, lockstoretest.RequireToken(t, ctx), "Serialize inside Exclusive on its key: Exclusive's token")
 			return 0, nil
 		})
 		require.NoError(t, err)
-		_, err = sqlite.Exclusive(ctx, s, key("b"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+		_, err = sqlite.ExclusiveValue(ctx, s, key("b"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 			next(t, lockstoretest.RequireToken(t, ctx))
-			return sqlite.Exclusive(ctx, s, key("a"), func(ctx context.Context, q sqlite.Querier) (int, error) {
+			return sqlite.ExclusiveValue(ctx, s, key("a"), func(ctx context.Context, q sqlite.Querier) (int, error) {
 				require.Equal(t, tok, lockstoretest.RequireToken(t, ctx), "Exclusive again on its key under another: its token")
 				return 0, nil
 			})
@@ -96,7 +96,7 @@ func TestTokensRiseAcrossRestarts(t *testing.T) {
 			if i%2 == 0 {
 				tok = serializeToken(t, ctx, s, key("r"))
 			} else {
-				tok, err = sqlite.Exclusive(ctx, s, key("r"), func(ctx context.Context, q sqlite.Querier) (int64, error) {
+				tok, err = sqlite.ExclusiveValue(ctx, s, key("r"), func(ctx context.Context, q sqlite.Querier) (int64, error) {
 					return lockstoretest.RequireToken(t, ctx), nil
 				})
 				require.NoError(t, err)

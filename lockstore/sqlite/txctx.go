@@ -69,17 +69,59 @@ func withExclusiveScope(ctx context.Context, s *Store, key lockstore.Key, token 
 // *sql.Tx, and Exclusive's fn gets a Querier.
 var _ lockstore.TxLocker[*sql.Tx, Querier] = (*Store)(nil)
 
-// Serialize is the package's Serialize for a fn that returns only an
-// error: the method of lockstore.TxLocker.
+// Serialize runs fn in a transaction begun IMMEDIATE while holding key's
+// in-process lock, so that one fn at a time runs for key.
+//
+// Callers for one key queue on the store's lock, first come first served;
+// the one at its head then waits for the store's write gate (SQLite has one
+// writer: Serialize transactions on different keys take turns in Go) and
+// begins with BEGIN IMMEDIATE, which takes SQLite's write lock at once, so
+// that fn's reads and writes see no other writer. A writer outside the
+// store holding the write lock is waited for up to the busy timeout; when
+// that runs out, the error matches lockstore.ErrTimeout.
+//
+// ctx bounds the waits and the transaction: a wait ctx ends returns an
+// error matching ctx's error, and when ctx is done before the commit, the
+// transaction rolls back.
+//
+// fn gets a ctx that carries the transaction and a fencing token
+// (lockstore.TokenFrom), drawn once the write lock is taken: greater than
+// every token Serialize and Exclusive handed out before on this database
+// file, across restarts of the store (the tokens' high-water mark is kept
+// in the table claimbus_token, see New). When fn returns an error or
+// panics, the transaction rolls back: the error comes back as is, joined
+// with the rollback's error (wrapped) if that failed too, and a panic goes
+// on after the rollback and the release. When the store ends the lock
+// before the commit (Close, Reset, a lease that ran out), the transaction
+// rolls back and the error matches lockstore.ErrLockLost. A failed commit
+// comes back wrapped.
+//
+// Nesting inside an open transaction, AfterCommit effects and bad input:
+// docs/lockstore.md#serialize-nesting.
 func (s *Store) Serialize(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	_, err := Serialize(ctx, s, key, txnest.Unit(fn))
+	_, err := runSerialize(ctx, s, key, txnest.Unit(fn))
 	return err
 }
 
-// Exclusive is the package's Exclusive for a fn that returns only an
-// error: the method of lockstore.TxLocker.
+// Exclusive runs fn holding key's in-process lock, but not in a
+// transaction: for a job that must run once at a time and makes its own
+// short writes, each committing (and running its lockstore.AfterCommit
+// effects) by itself. fn gets the store's *sql.DB as q. SQLite is a single
+// node, so the lock alone gives the once-only guarantee.
+//
+// fn's ctx carries a fencing token (lockstore.TokenFrom), as in Serialize.
+// It is cancelled, with a cause matching lockstore.ErrLockLost, when the
+// store ends the lock (Close, Reset, a lease that ran out); the error then
+// matches lockstore.ErrLockLost too. ctx bounds the wait for the lock.
+//
+// Inside an open transaction carried by ctx (see Serialize), Exclusive is
+// Serialize: fn runs on that transaction, in a savepoint, given as q.
+// Inside Exclusive or Serialize on the same key, it does not wait for the
+// lock its caller holds, and uses its caller's token.
+//
+// Bad input gets an error at once, as with Serialize.
 func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx context.Context, q Querier) error) error {
-	_, err := Exclusive(ctx, s, key, txnest.Unit(fn))
+	_, err := runExclusive(ctx, s, key, txnest.Unit(fn))
 	return err
 }
 
@@ -103,7 +145,7 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 //	}
 //	defer tx.Rollback()
 //	ctx, effects := store.WithTx(ctx, tx)
-//	if _, err := sqlite.Serialize(ctx, store, key, work); err != nil {
+//	if err := store.Serialize(ctx, key, work); err != nil {
 //		return err
 //	}
 //	if err := tx.Commit(); err != nil {

@@ -28,7 +28,7 @@ func TestBegin(t *testing.T) {
 		require.Same(t, txn.Tx(), tx)
 		_, _, err = sqlite.Begin(tctx, s, keys, time.Second)
 		require.ErrorContains(t, err, "nest with Serialize")
-		_, err = sqlite.Serialize(tctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		_, err = sqlite.SerializeValue(tctx, s, key("a"), func(ctx context.Context, tx *sql.Tx) (int, error) {
 			return increment(ctx, tx, "a")
 		})
 		require.NoError(t, err)

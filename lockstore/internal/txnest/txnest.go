@@ -203,8 +203,8 @@ func (h *Held[K]) ForgetSince(mark int) {
 	h.nested.order = h.nested.order[:mark]
 }
 
-// Unit adapts fn, which returns only an error, to the generic free
-// functions of the backends, which return a value too: the methods of
+// Unit adapts fn, which returns only an error, to the backends' generic
+// runs, which return a value too (their tests use it): the methods of
 // lockstore.TxLocker call them with it. A nil fn stays nil, for the
 // backend's check.
 func Unit[A any](fn func(ctx context.Context, a A) error) func(ctx context.Context, a A) (struct{}, error) {
