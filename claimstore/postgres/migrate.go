@@ -25,10 +25,6 @@ var Migrations = migrations.FS
 // which of Migrations are applied.
 const VersionTable = "claimbus_claimstore_version"
 
-// SchemaVersion is the migration version this release needs: the highest
-// in Migrations.
-var SchemaVersion = migrations.Latest
-
 var migrations = migrate.NewComponent("claimstore/postgres", migrationFiles, VersionTable, ErrSchemaOutdated)
 
 // Migrate applies the pending Migrations to cfg.Schema in pool's database,
@@ -36,7 +32,7 @@ var migrations = migrate.NewComponent("claimstore/postgres", migrationFiles, Ver
 // session advisory lock needs a session: behind PgBouncer in transaction
 // mode give Migrate a pool straight to the server), creating the schema
 // when missing, under the advisory lock New takes, and returns when the
-// schema is at SchemaVersion. It is what New does unless
+// schema is at the version this release needs. It is what New does unless
 // Config.NoAutoMigrate is set, for a deploy step to run before nodes that
 // set it start.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
@@ -50,7 +46,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 	return migrations.MigratePostgresDB(ctx, pool.Config().ConnConfig, cfg.Schema)
 }
 
-// ensureSchema brings Config.Schema to SchemaVersion, or with
+// ensureSchema brings Config.Schema to the version this release needs, or with
 // NoAutoMigrate checks that it is there. When it is (every New but the
 // first on a database), that is one read on the pool.
 func (s *Store) ensureSchema(ctx context.Context) error {

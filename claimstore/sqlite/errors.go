@@ -10,5 +10,5 @@ var ErrUnsuitableDB = errors.New("sqlite: unsuitable database handle")
 
 // ErrSchemaOutdated is what New returns (wrapped) when Config.NoAutoMigrate
 // is set and the database is not at the migration version this release
-// needs (SchemaVersion); the message names the way to migrate it.
+// needs (the highest of Migrations); the message names the way to migrate it.
 var ErrSchemaOutdated = errors.New("sqlite: the claim store's schema is not at the version this release needs")

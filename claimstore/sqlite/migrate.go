@@ -22,10 +22,6 @@ var Migrations = migrations.FS
 // Migrations are applied.
 const VersionTable = "claimbus_claimstore_version"
 
-// SchemaVersion is the migration version this release needs: the highest
-// in Migrations.
-var SchemaVersion = migrations.Latest
-
 var migrations = migrate.NewComponent("claimstore/sqlite", migrationFiles, VersionTable, ErrSchemaOutdated)
 
 // Migrate applies the pending Migrations to db's main database. It is what

@@ -15,5 +15,5 @@ var ErrNoSession = errors.New("postgres: the lock connections go through a poole
 
 // ErrSchemaOutdated is what New returns (wrapped) when Config.NoAutoMigrate
 // is set and Config.Schema is not at the migration version this release
-// needs (SchemaVersion); the message names the way to migrate it.
+// needs (the highest of Migrations); the message names the way to migrate it.
 var ErrSchemaOutdated = errors.New("postgres: the lock store's schema is not at the version this release needs")

@@ -18,5 +18,5 @@ var (
 
 // ErrSchemaOutdated is what New returns (wrapped) when Config.NoAutoMigrate
 // is set and the database is not at the migration version this release
-// needs (SchemaVersion); the message names the way to migrate it.
+// needs (the highest of Migrations); the message names the way to migrate it.
 var ErrSchemaOutdated = errors.New("sqlite: the lock store's schema is not at the version this release needs")

@@ -1,7 +1,6 @@
 // Package migratetest holds the checks every migrated component's tests
 // make (lockstore/postgres, claimstore/postgres and the two SQLite stores):
-// that SchemaVersion is the latest embedded migration, which versions a
-// version table records, and that a component's exported Migrations, applied
+// which versions a version table records, and that a component's exported Migrations, applied
 // with goose directly, give the schema its New expects. It is for tests only.
 package migratetest
 
@@ -22,31 +21,22 @@ import (
 )
 
 // Component is what the checks need of a migrated component: its exported
-// migrations, their latest version and its goose version table.
+// migrations and its goose version table.
 type Component struct {
 	// Migrations are the component's exported goose files.
 	Migrations fs.FS
-	// SchemaVersion is the component's exported latest version.
-	SchemaVersion int64
 	// VersionTable is the component's goose version table.
 	VersionTable string
 }
 
-// RequireLatest fails t unless c.SchemaVersion is the highest version of
-// c.Migrations and positive.
-func RequireLatest(t testing.TB, c Component) {
-	t.Helper()
-	v, err := migrate.Latest(c.Migrations)
-	require.NoError(t, err)
-	require.Equal(t, v, c.SchemaVersion)
-	require.Positive(t, c.SchemaVersion)
-}
+// Latest is the highest version of c.Migrations, the one its New needs.
+func (c Component) Latest() int64 { return migrate.MustLatest(c.Migrations) }
 
-// All is every version from 1 to c.SchemaVersion, as a fresh run records
-// them.
+// All is every version from 1 to c.Latest, as a fresh run records them.
 func (c Component) All() []int64 {
-	vs := make([]int64, 0, c.SchemaVersion)
-	for v := int64(1); v <= c.SchemaVersion; v++ {
+	latest := c.Latest()
+	vs := make([]int64, 0, latest)
+	for v := int64(1); v <= latest; v++ {
 		vs = append(vs, v)
 	}
 	return vs
@@ -126,5 +116,5 @@ func gooseUp(ctx context.Context, t testing.TB, dialect goose.Dialect, db *sql.D
 	require.NoError(t, err)
 	results, err := p.Up(ctx)
 	require.NoError(t, err)
-	require.Len(t, results, int(c.SchemaVersion))
+	require.Len(t, results, int(c.Latest()))
 }
