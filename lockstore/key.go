@@ -1,9 +1,7 @@
 package lockstore
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"unicode/utf8"
 )
 
@@ -39,33 +37,4 @@ func (k Key) Validate() error {
 		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
 	}
 	return nil
-}
-
-// KeyOrder is implemented by stores whose keys have an order that every
-// node sharing the store agrees on (for PostgreSQL, the order of the
-// database lock ids). A caller that takes several keys takes them in this
-// order, so two callers can never deadlock on each other.
-type KeyOrder interface {
-	// CompareKeys returns a negative number when a comes before b, a
-	// positive number when it comes after, and 0 when the two keys map to
-	// the same lock.
-	CompareKeys(a, b Key) int
-}
-
-// CompareKeys orders keys by namespace, then id. It is the order of stores
-// that do not implement KeyOrder.
-func CompareKeys(a, b Key) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
-}
-
-// SortKeys sorts keys in the order l takes them (its KeyOrder when it has
-// one, CompareKeys otherwise) and drops keys that map to the same lock as
-// the key before them, so that taking them in turn never waits on itself.
-func SortKeys(l Locker, keys []Key) []Key {
-	compare := CompareKeys
-	if o, ok := l.(KeyOrder); ok {
-		compare = o.CompareKeys
-	}
-	slices.SortFunc(keys, compare)
-	return slices.CompactFunc(keys, func(a, b Key) bool { return compare(a, b) == 0 })
 }

@@ -273,7 +273,9 @@ func (m *Memory) Held(ctx context.Context) ([]Holder, error) {
 		}
 		s.mu.Unlock()
 	}
-	slices.SortFunc(hs, func(a, b Holder) int { return CompareKeys(a.Key, b.Key) })
+	slices.SortFunc(hs, func(a, b Holder) int {
+		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.ID, b.Key.ID))
+	})
 	return hs, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/lockstoretest"
@@ -448,7 +449,7 @@ func TestMemorySortKeys(t *testing.T) {
 	t.Parallel()
 	m := newMemory(t, lockstore.MemoryConfig{})
 	keys := []lockstore.Key{key("b"), {Namespace: "staff", ID: "a"}, key("a"), key("b")}
-	require.Equal(t, []lockstore.Key{{Namespace: "staff", ID: "a"}, key("a"), key("b")}, lockstore.SortKeys(m, keys))
+	require.Equal(t, []lockstore.Key{{Namespace: "staff", ID: "a"}, key("a"), key("b")}, lockext.SortKeys(m, keys))
 }
 
 // TestMemoryStormLeavesNoMemory holds many keys at once, releases them all

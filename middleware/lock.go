@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -145,7 +146,7 @@ func (m *lockMiddleware) BeforeDispatch(ctx context.Context, p *Pipeline) {
 	if len(keys) == 0 {
 		return
 	}
-	keys = lockstore.SortKeys(m.locker, slices.Clone(keys))
+	keys = lockext.SortKeys(m.locker, slices.Clone(keys))
 
 	wctx := ctx
 	if m.wait > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/claimbus/claimbus/internal/afterlost"
 	"github.com/claimbus/claimbus/internal/keyqueue"
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
@@ -37,7 +38,7 @@ type Claimer struct {
 	locker lockstore.Locker
 	// prober is locker when it can answer a probe in the lock's round
 	// trip, nil otherwise.
-	prober lockstore.Prober
+	prober lockext.Prober
 	seed   maphash.Seed
 	shards [numShards]shard
 }
@@ -85,7 +86,7 @@ var statePool = sync.Pool{New: func() any { return new(keyState) }}
 
 // NewClaimer returns a Claimer that takes keys on l.
 func NewClaimer(l lockstore.Locker) *Claimer {
-	p, _ := l.(lockstore.Prober)
+	p, _ := l.(lockext.Prober)
 	return &Claimer{locker: l, prober: p, seed: maphash.MakeSeed()}
 }
 
@@ -253,7 +254,7 @@ func (c *Claimer) shardOf(h uint64) *shard {
 // lock takes key, waiting with ctx and, when positive, for at most wait; a
 // non-nil settled ends the wait too. When the key is free at once and
 // taken can be answered in the lock's round trip (a prober on a
-// lockstore.Prober), it is, and taken is told the answer.
+// lockext.Prober), it is, and taken is told the answer.
 func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context, wait time.Duration, taken lookuper) (lockstore.Lock, error) {
 	if wait > 0 {
 		if settled == nil {
@@ -278,16 +279,16 @@ func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.C
 	return lk, err
 }
 
-// prober is a lookuper that a lockstore.Prober can answer in the round
+// prober is a lookuper that a lockext.Prober can answer in the round
 // trip that takes the key: probe says what to run, when it can, and probed
 // is told the answer, which its next taken then uses.
 type prober interface {
-	probe() (lockstore.Probe, bool)
+	probe() (lockext.Probe, bool)
 	probed(taken bool)
 }
 
 // tryLock is the Locker's TryLock, with taken's probe when it has one and
-// the Locker is a lockstore.Prober.
+// the Locker is a lockext.Prober.
 func (c *Claimer) tryLock(ctx context.Context, key lockstore.Key, taken lookuper) (lockstore.Lock, error) {
 	pr, ok := taken.(prober)
 	if !ok || c.prober == nil {
@@ -388,12 +389,12 @@ func (cl *Claim) Release(ctx context.Context) error {
 // releasesLater reports whether an uncontended release of the claim can
 // leave the store's answer to later (see releaseWith).
 func (cl *Claim) releasesLater() bool {
-	_, ok := cl.lock.(lockstore.LaterReleaser)
+	_, ok := cl.lock.(lockext.LaterReleaser)
 	return ok
 }
 
 // releaseWith is Release. With later set, an uncontended release of a lock
-// that is a lockstore.LaterReleaser does not wait for the store to confirm
+// that is a lockext.LaterReleaser does not wait for the store to confirm
 // it: releaseWith reports async, and later gets the result, in the store's
 // goroutine (it must be quick). The claim is forgotten before releaseWith
 // returns either way.
@@ -411,7 +412,7 @@ func (cl *Claim) releaseWith(ctx context.Context, later func(error)) (err error,
 	if cl.st.waiting == 0 {
 		cl.forget()
 		cl.sh.mu.Unlock()
-		if lr, ok := cl.lock.(lockstore.LaterReleaser); ok && later != nil {
+		if lr, ok := cl.lock.(lockext.LaterReleaser); ok && later != nil {
 			lr.ReleaseLater(func(err error) { later(cl.lockErr(err)) })
 			return nil, true
 		}

@@ -188,7 +188,7 @@ func newMemory(t testing.TB) *lockstore.Memory {
 // requireNothingHeld asserts that store holds no lock. On the PostgreSQL
 // store it waits for that: the last releases of a command that returned may
 // still be on their way (the store carries them in its next round trip,
-// within a millisecond: lockstore.ReleaseLater), but none stays held. The
+// within a millisecond: lockext.ReleaseLater), but none stays held. The
 // other stores release at once.
 func requireNothingHeld(t testing.TB, store lockstore.Store) {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
@@ -43,7 +44,7 @@ func TestFieldSQLAnswersAlikeBothWays(t *testing.T) {
 			what := fmt.Sprintf("%s for %q", sql, v)
 			goTaken, goErr := r.taken(ctx, v)
 			key := lockstore.Key{Namespace: "alike", ID: fmt.Sprint(i, "-", j)}
-			lk, probeTaken, probeErr := store.TryLockProbe(ctx, key, lockstore.Probe{SQL: r.probe, Value: v})
+			lk, probeTaken, probeErr := store.TryLockProbe(ctx, key, lockext.Probe{SQL: r.probe, Value: v})
 			if probeErr == nil {
 				require.NoError(t, lk.Release(ctx))
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/observe"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/middleware"
@@ -67,15 +68,15 @@ type group struct {
 // probe returns the lookup of a group of one value whose rule has SQL
 // (FieldSQL), while claiming, for the lock store to run in the lock's
 // round trip.
-func (g *group) probe() (lockstore.Probe, bool) {
+func (g *group) probe() (lockext.Probe, bool) {
 	if len(g.targets) != 1 || g.phase != claiming {
-		return lockstore.Probe{}, false
+		return lockext.Probe{}, false
 	}
 	t := &g.targets[0]
 	if t.rule.probe == "" || t.confirmed {
-		return lockstore.Probe{}, false
+		return lockext.Probe{}, false
 	}
-	return lockstore.Probe{SQL: t.rule.probe, Value: t.key.ID}, true
+	return lockext.Probe{SQL: t.rule.probe, Value: t.key.ID}, true
 }
 
 // probed records the answer of the group's probe (see probe).
@@ -164,7 +165,7 @@ type Config struct {
 	// lockstore.ErrLockLost (the claim's lock was lost before the release,
 	// or its unlock went unconfirmed). The claim is released all the same;
 	// it is for metrics or alerts. Default nil: logged only. A release the
-	// store confirms later (lockstore.ReleaseLater) reports from the
+	// store confirms later (lockext.ReleaseLater) reports from the
 	// store's goroutine, possibly after the command returned: it must be
 	// quick and not block.
 	OnReleaseError func(ctx context.Context, commandID string, key lockstore.Key, err error)
@@ -232,8 +233,8 @@ func New(cfg Config) (*Middleware, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	compare := lockstore.CompareKeys
-	if o, ok := cfg.Locker.(lockstore.KeyOrder); ok {
+	compare := lockext.CompareKeys
+	if o, ok := cfg.Locker.(lockext.KeyOrder); ok {
 		compare = o.CompareKeys
 	}
 	m := &Middleware{
@@ -478,7 +479,7 @@ func (m *Middleware) releaseAll(ctx context.Context, commandID string, claims []
 	for i := len(claims) - 1; i >= 0; i-- {
 		cl := claims[i]
 		// A command that ends normally does not wait for its store to
-		// confirm an uncontended release (lockstore.LaterReleaser): the
+		// confirm an uncontended release (lockext.LaterReleaser): the
 		// PostgreSQL store then carries the unlock in its next round trip.
 		var later func(error)
 		if !detach && cl.releasesLater() {

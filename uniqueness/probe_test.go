@@ -117,7 +117,7 @@ func TestProbeFailingIsUnavailable(t *testing.T) {
 }
 
 // TestProbeOnAStoreThatCannotRunIt: on a Locker that is not a
-// lockstore.Prober (the memory store) a FieldSQL rule runs its lookup on
+// lockext.Prober (the memory store) a FieldSQL rule runs its lookup on
 // the pool.
 func TestProbeOnAStoreThatCannotRunIt(t *testing.T) {
 	t.Parallel()

@@ -38,7 +38,7 @@ type Rule struct {
 	normalize NormalizeFunc
 	taken     valueLookup
 	// probe, set by FieldSQL, is the lookup as SQL (taken runs the same
-	// SQL) for a lockstore.Prober to run in the round trip that takes the
+	// SQL) for a lockext.Prober to run in the round trip that takes the
 	// key.
 	probe     string
 	done      func(ctx context.Context, cmd any, value string) (bool, error)
@@ -142,9 +142,9 @@ func Field[C any](names Names, value func(C) string, taken func(ctx context.Cont
 // lookup gets the normalised values as $1, a text array, and returns one
 // row per value that is taken, with that value as its only column; a
 // value is taken when a row names it. On a Locker that is a
-// lockstore.Prober (the PostgreSQL store, on the same database) an
+// lockext.Prober (the PostgreSQL store, on the same database) an
 // uncontended claim runs it in the round trip that takes the key, so one
-// round trip serves the lock and the lookup (see lockstore.Probe); a claim
+// round trip serves the lock and the lookup (see lockext.Probe); a claim
 // that waits for the key, and the re-check of a release, run it on db with
 // $1 holding the one value, reading its rows the same way. Both answers
 // come from the one statement, so they cannot disagree. Make it an index

@@ -3,12 +3,13 @@ package lockstoretest
 import (
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// releaseLaterTests is the lockstore.ReleaseLater part of the suite: on a
-// store whose locks are lockstore.LaterReleasers, and through the fallback
+// releaseLaterTests is the lockext.ReleaseLater part of the suite: on a
+// store whose locks are lockext.LaterReleasers, and through the fallback
 // to Release on the others.
 var releaseLaterTests = []struct {
 	name string
@@ -19,12 +20,12 @@ var releaseLaterTests = []struct {
 	{"ReleaseLaterLetsTheWaiterIn", testReleaseLaterLetsTheWaiterIn},
 }
 
-// releaseLater releases l with lockstore.ReleaseLater and returns what its
+// releaseLater releases l with lockext.ReleaseLater and returns what its
 // done was called with, once it is; done must be called exactly once.
 func (b *bundle) releaseLater(l lockstore.Lock) error {
 	b.t.Helper()
 	done := make(chan error, 2)
-	lockstore.ReleaseLater(b.ctx, l, func(err error) { done <- err })
+	lockext.ReleaseLater(b.ctx, l, func(err error) { done <- err })
 	err := testwait.Recv(b.t, done, Timeout, "ReleaseLater's done")
 	require.Empty(b.t, done, "done called twice")
 	return err

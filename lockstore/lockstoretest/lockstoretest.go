@@ -24,7 +24,7 @@ type NewStoreFunc func(t *testing.T) lockstore.Store
 // (nil for a lock held to the end, ErrLockLost for one the store ended),
 // fencing tokens, Held, Close, key validation, lockstore.AfterLost (a lost
 // lock calls f once, a released one never, stop before the loss stops it,
-// f may call the store) and lockstore.ReleaseLater (done is called once,
+// f may call the store) and lockext.ReleaseLater (done is called once,
 // with Release's result, and the key is free after it). Each subtest calls
 // t.Parallel and takes its own store.
 func Run(t *testing.T, newStore NewStoreFunc) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -103,7 +104,7 @@ type request struct {
 
 	// probe, for a lock request of TryLockProbe, is run in the round trip
 	// that grants it (see roundTrip).
-	probe *lockstore.Probe
+	probe *lockext.Probe
 	// later, for an unlock of ReleaseLater, is called with its result once
 	// done is closed. lazy is set for such an unlock when nobody on this
 	// node waits for the key: it waits up to lazyUnlockDelay for an eager

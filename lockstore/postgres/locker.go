@@ -12,6 +12,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/claimbus/claimbus/internal/afterlost"
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -43,10 +44,10 @@ type pgLock struct {
 }
 
 var (
-	_ lockstore.Lock          = (*pgLock)(nil)
-	_ lockstore.LaterReleaser = (*pgLock)(nil)
-	_ lockstore.Prober        = (*Store)(nil)
-	_ afterlost.Watcher       = (*pgLock)(nil)
+	_ lockstore.Lock        = (*pgLock)(nil)
+	_ lockext.LaterReleaser = (*pgLock)(nil)
+	_ lockext.Prober        = (*Store)(nil)
+	_ afterlost.Watcher     = (*pgLock)(nil)
 )
 
 // Key is the key this lock holds.
@@ -104,7 +105,7 @@ func (l *pgLock) Release(context.Context) error {
 	return r.err
 }
 
-// ReleaseLater is Release without the wait (see lockstore.ReleaseLater):
+// ReleaseLater is Release without the wait (see lockext.ReleaseLater):
 // the unlock waits up to lazyUnlockDelay (1ms) for a lock request of the
 // same connection to share its round trip, then goes on its own. done is
 // called with Release's result in the lock connection's goroutine, or at
@@ -192,7 +193,7 @@ func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock,
 }
 
 // TryLockProbe is TryLock that also runs probe in the round trip that
-// takes the key (see lockstore.Prober): probe.SQL is pipelined after the
+// takes the key (see lockext.Prober): probe.SQL is pipelined after the
 // batch statement, on the lock connection, once for every request of that
 // round trip with the same SQL, under a statement_timeout of half the
 // time left to the round trip. When the probe fails (on the server, by
@@ -200,7 +201,7 @@ func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock,
 // TryLockProbe returns an error (not matching lockstore.ErrLocked or
 // lockstore.ErrUnavailable) naming the probe's error; the other locks on
 // the connection are not affected.
-func (s *Store) TryLockProbe(ctx context.Context, key lockstore.Key, probe lockstore.Probe) (lockstore.Lock, bool, error) {
+func (s *Store) TryLockProbe(ctx context.Context, key lockstore.Key, probe lockext.Probe) (lockstore.Lock, bool, error) {
 	if probe.SQL == "" {
 		return nil, false, fmt.Errorf("postgres: probe of %s: %w", key, errEmptyProbe)
 	}
@@ -211,7 +212,7 @@ var errEmptyProbe = errors.New("the probe's SQL is empty")
 
 // tryLock is TryLock with probe, when not nil, run in the round trip that
 // takes the key.
-func (s *Store) tryLock(ctx context.Context, key lockstore.Key, probe *lockstore.Probe) (lockstore.Lock, bool, error) {
+func (s *Store) tryLock(ctx context.Context, key lockstore.Key, probe *lockext.Probe) (lockstore.Lock, bool, error) {
 	id, err := s.begin(ctx, key)
 	if err != nil {
 		return nil, false, err
@@ -303,7 +304,7 @@ func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgL
 
 // attemptProbe is attempt with probe, when not nil, run in the round trip
 // that grants the lock; it reports what the probe found.
-func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, probe *lockstore.Probe) (*pgLock, bool, error) {
+func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, probe *lockext.Probe) (*pgLock, bool, error) {
 	if n := s.held.Add(1); n > int64(s.maxHeld) {
 		s.held.Add(-1)
 		s.stats.capacity.Add(1)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -95,10 +96,10 @@ func (s *Store) lockID(k lockstore.Key) (LockID, error) {
 // CompareKeys orders keys by their database lock ids (namespace number, then
 // id number), the order in which a caller taking several keys must take
 // them so that no two callers on any node deadlock. It implements
-// lockstore.KeyOrder.
+// lockext.KeyOrder.
 //
 // It returns 0 exactly when the two keys share one lock id: a hash collision
-// makes them one lock, so lockstore.SortKeys keeps only one of them, and
+// makes them one lock, so lockext.SortKeys keeps only one of them, and
 // taking that one protects both (taking both in turn would wait on itself in
 // the node-local queue). Invalid keys are ordered by the same hash; taking
 // them fails with lockstore.ErrInvalidKey.
@@ -106,4 +107,4 @@ func (s *Store) CompareKeys(a, b lockstore.Key) int {
 	return compareLockIDs(computeLockID(s.namespaces, a), computeLockID(s.namespaces, b))
 }
 
-var _ lockstore.KeyOrder = (*Store)(nil)
+var _ lockext.KeyOrder = (*Store)(nil)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -103,7 +104,7 @@ func TestCompareKeys(t *testing.T) {
 	require.Negative(t, s.CompareKeys(lockstore.Key{Namespace: "lobby", ID: "42"}, lockstore.Key{Namespace: "lobby", ID: "a"}))
 
 	// SortKeys uses it, and drops a key repeated.
-	keys := lockstore.SortKeys(s, []lockstore.Key{hashed, lobby, group, lobby})
+	keys := lockext.SortKeys(s, []lockstore.Key{hashed, lobby, group, lobby})
 	require.Equal(t, []lockstore.Key{lobby, group, hashed}, keys)
 }
 
@@ -117,7 +118,7 @@ func TestCompareKeysCollision(t *testing.T) {
 	kb := lockstore.Key{Namespace: "ns", ID: b}
 	require.NotEqual(t, ka, kb)
 	require.Zero(t, s.CompareKeys(ka, kb))
-	require.Len(t, lockstore.SortKeys(s, []lockstore.Key{ka, kb}), 1)
+	require.Len(t, lockext.SortKeys(s, []lockstore.Key{ka, kb}), 1)
 }
 
 // collidingIDs finds two short distinct ids whose 31-bit id hashes are

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
 )
@@ -40,7 +41,7 @@ func TestProbeFaultsKeepOtherLocks(t *testing.T) {
 	} {
 		key := lockstore.Key{Namespace: "probe", ID: tc.name}
 		start := time.Now()
-		lk, _, err := s.TryLockProbe(ctx, key, lockstore.Probe{SQL: tc.sql, Value: "taken@x.org"})
+		lk, _, err := s.TryLockProbe(ctx, key, lockext.Probe{SQL: tc.sql, Value: "taken@x.org"})
 		require.Error(t, err, tc.name)
 		require.Nil(t, lk, tc.name)
 		require.Less(t, time.Since(start), s.cfg.LeaseBound, "%s: the probe was ended within the round trip's deadline", tc.name)
@@ -53,7 +54,7 @@ func TestProbeFaultsKeepOtherLocks(t *testing.T) {
 
 		// The probe's key is free again, and the connection answers probes.
 		requireEventuallyFree(ctx, t, s, key)
-		lk, taken, err := s.TryLockProbe(ctx, key, lockstore.Probe{SQL: `SELECT email FROM staff WHERE email = ANY($1)`, Value: "taken@x.org"})
+		lk, taken, err := s.TryLockProbe(ctx, key, lockext.Probe{SQL: `SELECT email FROM staff WHERE email = ANY($1)`, Value: "taken@x.org"})
 		require.NoError(t, err, tc.name)
 		require.True(t, taken, tc.name)
 		require.NoError(t, lk.Release(ctx), tc.name)
@@ -67,7 +68,7 @@ func TestProbeFaultsKeepOtherLocks(t *testing.T) {
 		for i := range errs {
 			wg.Go(func() {
 				key := lockstore.Key{Namespace: "probe", ID: fmt.Sprint("mixed", round, i)}
-				probe := lockstore.Probe{SQL: `SELECT email FROM staff WHERE email = ANY($1)`, Value: "taken@x.org"}
+				probe := lockext.Probe{SQL: `SELECT email FROM staff WHERE email = ANY($1)`, Value: "taken@x.org"}
 				if i%2 == 1 {
 					probe.SQL = `SELECT email FROM staff WHERE email = ANY($1) AND 1/0 = 1`
 				}

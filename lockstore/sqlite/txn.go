@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
@@ -26,7 +27,7 @@ type Txn struct {
 }
 
 // Begin opens a transaction holding the lock of each key, as Serialize
-// does for one: it takes the keys' locks in lockstore.SortKeys order
+// does for one: it takes the keys' locks in lockext.SortKeys order
 // (first come first served, so that callers with several keys never wait
 // on each other), then the store's write gate, then begins IMMEDIATE.
 // wait bounds the wait for the locks and the gate; a wait past it returns
@@ -44,7 +45,7 @@ func Begin(ctx context.Context, s *Store, keys []lockstore.Key, wait time.Durati
 	case wait <= 0:
 		return nil, nil, fmt.Errorf("sqlite: Begin: wait is %v, want > 0", wait)
 	}
-	keys = lockstore.SortKeys(s, slices.Clone(keys))
+	keys = lockext.SortKeys(s, slices.Clone(keys))
 	for _, k := range keys {
 		if err := k.Validate(); err != nil {
 			return nil, nil, fmt.Errorf("sqlite: Begin: %w", err)

@@ -1,0 +1,110 @@
+// Package lockext holds what a lock store may offer beyond
+// lockstore.Locker, and what the claimbus packages use it for: a key order
+// every node agrees on (SortKeys), a release that rides the store's next
+// round trip (ReleaseLater), and a read run in the round trip that takes a
+// key (Probe). A store without them works the same, at the cost of a round
+// trip.
+package lockext
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/claimbus/claimbus/lockstore"
+)
+
+// KeyOrder is implemented by stores whose keys have an order that every
+// node sharing the store agrees on (for PostgreSQL, the order of the
+// database lock ids). A caller that takes several keys takes them in this
+// order, so two callers can never deadlock on each other.
+type KeyOrder interface {
+	// CompareKeys returns a negative number when a comes before b, a
+	// positive number when it comes after, and 0 when the two keys map to
+	// the same lock.
+	CompareKeys(a, b lockstore.Key) int
+}
+
+// CompareKeys orders keys by namespace, then id. It is the order of stores
+// that do not implement KeyOrder.
+func CompareKeys(a, b lockstore.Key) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
+}
+
+// SortKeys sorts keys in the order l takes them (its KeyOrder when it has
+// one, CompareKeys otherwise) and drops keys that map to the same lock as
+// the key before them, so that taking them in turn never waits on itself.
+func SortKeys(l lockstore.Locker, keys []lockstore.Key) []lockstore.Key {
+	compare := CompareKeys
+	if o, ok := l.(KeyOrder); ok {
+		compare = o.CompareKeys
+	}
+	slices.SortFunc(keys, compare)
+	return slices.CompactFunc(keys, func(a, b lockstore.Key) bool { return compare(a, b) == 0 })
+}
+
+// LaterReleaser is implemented by locks whose store can carry the unlock in
+// a round trip it makes anyway (the PostgreSQL store's next batch), so that
+// a holder that does not need to wait for the answer does not pay a round
+// trip of its own. ReleaseLater has the contract of the package function
+// ReleaseLater.
+type LaterReleaser interface {
+	ReleaseLater(done func(error))
+}
+
+// ReleaseLater gives l up as Release does, without waiting for the store to
+// confirm it, when l is a LaterReleaser; otherwise it calls l.Release(ctx)
+// and then done. Either way done is called exactly once, with what Release
+// would have returned: nil when the lock was held up to the release, an
+// error matching lockstore.lockstore.ErrLockLost when it was not or that could not be
+// confirmed.
+//
+// A store calls done in its own goroutine, outside its mutex, as it calls
+// a lockstore.AfterLost function: done must be quick and not block.
+//
+// Until done is called the key may still be held for l: another claimant,
+// on this node or another, gets it only once the release is applied, as
+// after Release returns. A later Release of l returns nil at once, without
+// waiting for that.
+func ReleaseLater(ctx context.Context, l lockstore.Lock, done func(error)) {
+	if lr, ok := l.(LaterReleaser); ok {
+		lr.ReleaseLater(done)
+		return
+	}
+	done(l.Release(ctx))
+}
+
+// A Probe is a read a Prober runs right after it takes a key, in the same
+// round trip and on the same connection, so that a claim's lookup costs no
+// round trip of its own (see uniqueness.FieldSQL).
+type Probe struct {
+	// SQL is a query with one parameter, $1, an array of text values; it
+	// returns one row per value that is taken, with that value as its only
+	// column. The store runs it once for the values of every request of a
+	// round trip that carries the same SQL, for example
+	//
+	//	SELECT email FROM staff WHERE email = ANY($1)
+	//
+	// It runs as a statement of its own after the statement that took the
+	// lock, so it sees what was committed before the lock was granted. It
+	// runs on a connection that other keys share, within the store's
+	// round-trip deadline (the PostgreSQL store bounds it with a
+	// statement_timeout, so a slow or failing probe fails only its own
+	// request): it must be an index lookup. It runs as a prepared
+	// statement, so check its generic plan (EXPLAIN after SET
+	// plan_cache_mode = force_generic_plan): on a table that was never
+	// analyzed, email = ANY($1) is planned as a sequential scan.
+	SQL string
+	// Value is the value SQL is asked about.
+	Value string
+}
+
+// Prober is implemented by stores that can answer a Probe in the round trip
+// that takes a key.
+type Prober interface {
+	// TryLockProbe is TryLock that also runs probe once the key is granted,
+	// and reports whether probe found its value taken. When the probe
+	// fails the key is released and TryLockProbe returns the probe's error,
+	// wrapped, and no lock.
+	TryLockProbe(ctx context.Context, key lockstore.Key, probe Probe) (lock lockstore.Lock, taken bool, err error)
+}
