@@ -61,7 +61,7 @@ type observed[T any] struct {
 	attrs metric.MeasurementOption
 }
 
-// ClaimsReporter reports the claims of a uniqueness middleware or Claimer.
+// ClaimsReporter reports the claims of a uniqueness middleware.
 type ClaimsReporter interface {
 	Stats() uniqueness.Stats
 }
@@ -139,8 +139,7 @@ func (t *Telemetry) ObserveLocker(name string, l lockstore.StatsReporter) error 
 	return nil
 }
 
-// ObserveClaims adds the claims of c (a *uniqueness.Middleware or a
-// *uniqueness.Claimer), named name (the attribute claimbus.store), to the
+// ObserveClaims adds the claims of c (a *uniqueness.Middleware), named name (the attribute claimbus.store), to the
 // observable instruments, until Close.
 func (t *Telemetry) ObserveClaims(name string, c ClaimsReporter) error {
 	if c == nil {

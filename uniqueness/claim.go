@@ -17,24 +17,24 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// numShards is the number of independently locked parts of a Claimer's
+// numShards is the number of independently locked parts of a claimer's
 // table of keys, so that claims on distinct keys rarely share a mutex.
 const numShards = 64
 
-// Claimer claims values (an email, a username) on any lockstore.Locker:
+// claimer claims values (an email, a username) on any lockstore.Locker:
 // Claim takes the key, runs a lookup
 // while holding it, and hands the caller the claim when the value is free.
 //
-// In front of the Locker, a Claimer keeps a small table of the keys that
+// In front of the Locker, a claimer keeps a small table of the keys that
 // claimants of this process are waiting for or holding. It is what lets a
 // claimant that finds the value taken fail every claimant queued behind it
 // in this process at once, without each running its own lookup. An entry
 // lives only while someone waits for or holds its key.
 //
-// A Claimer is safe for concurrent use. Claimants on other nodes are kept
+// A claimer is safe for concurrent use. Claimants on other nodes are kept
 // apart by the Locker (for instance the PostgreSQL store); they run their
 // own lookups.
-type Claimer struct {
+type claimer struct {
 	locker lockstore.Locker
 	// prober is locker when it can answer a probe in the lock's round
 	// trip, nil otherwise.
@@ -52,10 +52,10 @@ type shard struct {
 	_    [64]byte
 }
 
-// keyState is what a Claimer knows about one key while claimants of this
+// keyState is what a claimer knows about one key while claimants of this
 // process wait for it or hold it.
 type keyState struct {
-	// key and hash are the key's and its hash (see Claimer.hash).
+	// key and hash are the key's and its hash (see claimer.hash).
 	key  lockstore.Key
 	hash uint64
 	// refs counts the claimants between entering Claim and leaving it with
@@ -74,7 +74,7 @@ type keyState struct {
 	// holder is the claim of this process granted the key last, until its
 	// release. Found still set when the next claimant is granted, it is a
 	// claim whose lock was lost.
-	holder *Claim
+	holder *hold
 }
 
 // TableKey is the key of the state in its shard's table.
@@ -84,16 +84,16 @@ func (st *keyState) TableKey() lockstore.Key { return st.key }
 // allocate one.
 var statePool = sync.Pool{New: func() any { return new(keyState) }}
 
-// NewClaimer returns a Claimer that takes keys on l.
-func NewClaimer(l lockstore.Locker) *Claimer {
+// makeClaimer returns a claimer that takes keys on l.
+func makeClaimer(l lockstore.Locker) *claimer {
 	p, _ := l.(lockext.Prober)
-	return &Claimer{locker: l, prober: p, seed: maphash.MakeSeed()}
+	return &claimer{locker: l, prober: p, seed: maphash.MakeSeed()}
 }
 
-// Claim is one claimant's hold on a key: the value was free when its lookup
+// hold is one claimant's hold on a key: the value was free when its lookup
 // ran, and nobody else can claim it until Release.
-type Claim struct {
-	claimer *Claimer
+type hold struct {
+	claimer *claimer
 	sh      *shard
 	st      *keyState
 	key     lockstore.Key
@@ -105,7 +105,7 @@ type Claim struct {
 	lost atomic.Bool
 	// onLost, guarded by sh.mu, is called once, with an error matching
 	// lockstore.ErrLockLost, if the lock is lost before the claim is released (see
-	// Claimer.watchLost).
+	// claimer.watchLost).
 	onLost context.CancelCauseFunc
 	// lostSeen, guarded by sh.mu, is set once the loss of the lock was
 	// reported; watched, once watchLost registered lostWatch.
@@ -115,7 +115,7 @@ type Claim struct {
 	lostWatch afterlost.Node
 }
 
-// Claim takes key on the Claimer's Locker, waiting first come first served
+// Claim takes key on the claimer's Locker, waiting first come first served
 // behind the claimants ahead of it, then runs taken while holding the key:
 //   - taken reports true: the key is released and Claim returns
 //     middleware.ErrAlreadyTaken, and every claimant queued behind this one in this
@@ -131,7 +131,7 @@ type Claim struct {
 // ctx bounds the wait and the lookup; it never bounds the holding. When it
 // ends during the wait, Claim returns its error and leaves no trace. For
 // what the lookup must read, see uniqueness/README.md.
-func (c *Claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*Claim, error) {
+func (c *claimer) Claim(ctx context.Context, key lockstore.Key, taken func(context.Context) (bool, error)) (*hold, error) {
 	if taken == nil {
 		return nil, errNilLookup
 	}
@@ -152,7 +152,7 @@ func (f lookupFunc) taken(ctx context.Context) (bool, error) { return f(ctx) }
 // claim is Claim with the wait for the key also bounded by wait, when it
 // is positive, and the lock's acquisition reported to tr, when not nil.
 // The bound costs a timer only when the key is not free at once.
-func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, wait time.Duration, tr observe.Tracer) (*Claim, error) {
+func (c *claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, wait time.Duration, tr observe.Tracer) (*hold, error) {
 	if c == nil || c.locker == nil {
 		return nil, errNilLocker
 	}
@@ -196,7 +196,7 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		}
 		return nil, fmt.Errorf("uniqueness: claim %s: %w", key, err)
 	}
-	cl := &Claim{claimer: c, sh: sh, st: st, key: key, lock: lk, taken: taken}
+	cl := &hold{claimer: c, sh: sh, st: st, key: key, lock: lk, taken: taken}
 
 	sh.mu.Lock()
 	st.waiting--
@@ -241,13 +241,13 @@ func (c *Claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 
 // hash returns the hash of key: of its id alone, which tells keys apart
 // well enough (a namespace holds many ids; the table compares whole keys).
-func (c *Claimer) hash(key lockstore.Key) uint64 {
+func (c *claimer) hash(key lockstore.Key) uint64 {
 	return maphash.String(c.seed, key.ID)
 }
 
 // shardOf returns the shard that keeps the key of hash h, picked by the
 // high bits of h; the low bits place the key in the shard's table.
-func (c *Claimer) shardOf(h uint64) *shard {
+func (c *claimer) shardOf(h uint64) *shard {
 	return &c.shards[h>>58%numShards]
 }
 
@@ -255,7 +255,7 @@ func (c *Claimer) shardOf(h uint64) *shard {
 // non-nil settled ends the wait too. When the key is free at once and
 // taken can be answered in the lock's round trip (a prober on a
 // lockext.Prober), it is, and taken is told the answer.
-func (c *Claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context, wait time.Duration, taken lookuper) (lockstore.Lock, error) {
+func (c *claimer) lock(ctx context.Context, key lockstore.Key, settled context.Context, wait time.Duration, taken lookuper) (lockstore.Lock, error) {
 	if wait > 0 {
 		if settled == nil {
 			// Nobody of this process is ahead, so the key is likely free:
@@ -289,7 +289,7 @@ type prober interface {
 
 // tryLock is the Locker's TryLock, with taken's probe when it has one and
 // the Locker is a lockext.Prober.
-func (c *Claimer) tryLock(ctx context.Context, key lockstore.Key, taken lookuper) (lockstore.Lock, error) {
+func (c *claimer) tryLock(ctx context.Context, key lockstore.Key, taken lookuper) (lockstore.Lock, error) {
 	pr, ok := taken.(prober)
 	if !ok || c.prober == nil {
 		return c.locker.TryLock(ctx, key)
@@ -320,9 +320,9 @@ func (sh *shard) leave(st *keyState) {
 	statePool.Put(st)
 }
 
-// len returns the number of keys the Claimer keeps now: those that
+// len returns the number of keys the claimer keeps now: those that
 // claimants of this process wait for or hold.
-func (c *Claimer) len() int {
+func (c *claimer) len() int {
 	n := 0
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -334,7 +334,7 @@ func (c *Claimer) len() int {
 }
 
 // waiting returns the number of claimants of this process waiting for key.
-func (c *Claimer) waiting(key lockstore.Key) int {
+func (c *claimer) waiting(key lockstore.Key) int {
 	h := c.hash(key)
 	sh := c.shardOf(h)
 	sh.mu.Lock()
@@ -381,14 +381,14 @@ func lookup(ctx context.Context, taken lookuper) (isTaken bool, err error) {
 //
 // The holder must have committed its write before calling Release: a
 // re-check that cannot see the write lets the next claimant in.
-func (cl *Claim) Release(ctx context.Context) error {
+func (cl *hold) Release(ctx context.Context) error {
 	err, _ := cl.releaseWith(ctx, nil)
 	return err
 }
 
 // releasesLater reports whether an uncontended release of the claim can
 // leave the store's answer to later (see releaseWith).
-func (cl *Claim) releasesLater() bool {
+func (cl *hold) releasesLater() bool {
 	_, ok := cl.lock.(lockext.LaterReleaser)
 	return ok
 }
@@ -398,7 +398,7 @@ func (cl *Claim) releasesLater() bool {
 // it: releaseWith reports async, and later gets the result, in the store's
 // goroutine (it must be quick). The claim is forgotten before releaseWith
 // returns either way.
-func (cl *Claim) releaseWith(ctx context.Context, later func(error)) (err error, async bool) {
+func (cl *hold) releaseWith(ctx context.Context, later func(error)) (err error, async bool) {
 	if cl == nil {
 		return nil, false
 	}
@@ -430,7 +430,7 @@ func (cl *Claim) releaseWith(ctx context.Context, later func(error)) (err error,
 // release forgets the claim, settling the key as taken first when
 // settleTaken is set, then releases the lock. It runs once per claim:
 // after Release's check of done, or in claim for a claim never handed out.
-func (cl *Claim) release(ctx context.Context, settleTaken bool) error {
+func (cl *hold) release(ctx context.Context, settleTaken bool) error {
 	cl.sh.mu.Lock()
 	if settleTaken {
 		cl.st.settle()
@@ -441,7 +441,7 @@ func (cl *Claim) release(ctx context.Context, settleTaken bool) error {
 }
 
 // forget removes the claim from its key's state. cl.sh.mu is held.
-func (cl *Claim) forget() {
+func (cl *hold) forget() {
 	if cl.st.holder == cl {
 		cl.st.holder = nil
 	}
@@ -451,13 +451,13 @@ func (cl *Claim) forget() {
 }
 
 // releaseLock releases the lock under the claim.
-func (cl *Claim) releaseLock(ctx context.Context) error {
+func (cl *hold) releaseLock(ctx context.Context) error {
 	return cl.lockErr(cl.lock.Release(ctx))
 }
 
 // lockErr is the error of a claim whose lock's release returned err,
 // recording a lost lock.
-func (cl *Claim) lockErr(err error) error {
+func (cl *hold) lockErr(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -468,13 +468,13 @@ func (cl *Claim) lockErr(err error) error {
 }
 
 // Key is the key this claim holds.
-func (cl *Claim) Key() lockstore.Key { return cl.key }
+func (cl *hold) Key() lockstore.Key { return cl.key }
 
 // Token is the fencing token of the lock under the claim (see
 // lockstore.Lock.Token).
-func (cl *Claim) Token() int64 { return cl.lock.Token() }
+func (cl *hold) Token() int64 { return cl.lock.Token() }
 
 // Lost is closed when the lock under the claim ends for any reason other
 // than Release: a lease that ran out, a lost connection, a store reset or
 // closed. The holder should stop writing; the next claimant takes its turn.
-func (cl *Claim) Lost() <-chan struct{} { return cl.lock.Lost() }
+func (cl *hold) Lost() <-chan struct{} { return cl.lock.Lost() }

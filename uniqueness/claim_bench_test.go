@@ -10,7 +10,7 @@ import (
 )
 
 // claimRelease claims k with a lookup that finds it free, then releases it.
-func claimRelease(ctx context.Context, c *Claimer, k lockstore.Key) error {
+func claimRelease(ctx context.Context, c *claimer, k lockstore.Key) error {
 	cl, err := c.Claim(ctx, k, notTaken)
 	if err != nil {
 		return err
@@ -22,7 +22,7 @@ func claimRelease(ctx context.Context, c *Claimer, k lockstore.Key) error {
 // lookup that returns false, on the memory store.
 func BenchmarkClaimRelease(b *testing.B) {
 	store := newMemory(b, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
+	c := makeClaimer(store)
 	ctx := context.Background()
 	k := key("ann@x.org")
 	b.ReportAllocs()
@@ -54,7 +54,7 @@ func BenchmarkLockRelease(b *testing.B) {
 // BenchmarkClaimReleaseParallel claims distinct keys from every goroutine.
 func BenchmarkClaimReleaseParallel(b *testing.B) {
 	store := newMemory(b, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
+	c := makeClaimer(store)
 	ctx := context.Background()
 	var next atomic.Int64
 	b.ReportAllocs()
@@ -73,7 +73,7 @@ func BenchmarkClaimReleaseParallel(b *testing.B) {
 // claims wait and every release re-checks.
 func BenchmarkClaimReleaseHotKey(b *testing.B) {
 	store := newMemory(b, lockstore.MemoryConfig{})
-	c := NewClaimer(store)
+	c := makeClaimer(store)
 	ctx := context.Background()
 	k := key("ann@x.org")
 	b.SetParallelism(64)

@@ -68,10 +68,10 @@ func newMemory(t testing.TB, cfg lockstore.MemoryConfig) *lockstore.Memory {
 
 // newClaimer is the setup of most tests: a memory store configured by
 // cfg, a Claimer on it, and an empty table for the lookups.
-func newClaimer(t *testing.T, cfg lockstore.MemoryConfig) (*lockstore.Memory, *Claimer, *table) {
+func newClaimer(t *testing.T, cfg lockstore.MemoryConfig) (*lockstore.Memory, *claimer, *table) {
 	t.Helper()
 	store := newMemory(t, cfg)
-	return store, NewClaimer(store), newTable()
+	return store, makeClaimer(store), newTable()
 }
 
 // silentLocker is a Locker whose locks never tell of their loss: their
@@ -107,7 +107,7 @@ func key(id string) lockstore.Key { return lockstore.Key{Namespace: "staff.email
 
 // requireNothingHeld asserts that neither the store nor the claimer keeps
 // anything.
-func requireNothingHeld(t *testing.T, store *lockstore.Memory, c *Claimer) {
+func requireNothingHeld(t *testing.T, store *lockstore.Memory, c *claimer) {
 	t.Helper()
 	held, err := store.Held(context.Background())
 	require.NoError(t, err)
@@ -117,12 +117,12 @@ func requireNothingHeld(t *testing.T, store *lockstore.Memory, c *Claimer) {
 
 // claimResult is what a claimant started with startClaim ends with.
 type claimResult struct {
-	claim *Claim
+	claim *hold
 	err   error
 }
 
 // startClaim claims k in a goroutine and returns where its result arrives.
-func startClaim(ctx context.Context, c *Claimer, k lockstore.Key, taken func(context.Context) (bool, error)) <-chan claimResult {
+func startClaim(ctx context.Context, c *claimer, k lockstore.Key, taken func(context.Context) (bool, error)) <-chan claimResult {
 	ch := make(chan claimResult, 1)
 	go func() {
 		cl, err := c.Claim(ctx, k, taken)
@@ -149,7 +149,7 @@ func requireStoreWaiting(t *testing.T, store *lockstore.Memory, k lockstore.Key,
 		"want %d waiting for %s in the store", n, k)
 }
 
-func requireWaiting(t *testing.T, c *Claimer, k lockstore.Key, n int) {
+func requireWaiting(t *testing.T, c *claimer, k lockstore.Key, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return c.waiting(k) == n }, waitFor, time.Millisecond,
 		"want %d claimants waiting for %s", n, k)
@@ -232,7 +232,7 @@ func TestClaimRejectsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, lockstore.ErrInvalidKey)
 	_, err = c.Claim(ctx, key("ann@x.org"), nil)
 	require.ErrorIs(t, err, errNilLookup)
-	_, err = NewClaimer(nil).Claim(ctx, key("ann@x.org"), notTaken)
+	_, err = makeClaimer(nil).Claim(ctx, key("ann@x.org"), notTaken)
 	require.ErrorIs(t, err, errNilLocker)
 
 	done, cancel := context.WithCancel(ctx)
@@ -526,7 +526,7 @@ func TestClaimerForgetsKeysNobodyWaitsFor(t *testing.T) {
 
 // requireTablesGivenBack checks that every shard of c has shrunk its table
 // back to the minimum.
-func requireTablesGivenBack(t *testing.T, c *Claimer) {
+func requireTablesGivenBack(t *testing.T, c *claimer) {
 	t.Helper()
 	for i := range c.shards {
 		require.LessOrEqual(t, c.shards[i].keys.Slots(), keyqueue.MinSlots, "shard %d gave its table back", i)
@@ -540,7 +540,7 @@ func TestClaimerGivesItsTableBack(t *testing.T) {
 	store, c, _ := newClaimer(t, lockstore.MemoryConfig{})
 	ctx := context.Background()
 	const n = 5000
-	claims := make([]*Claim, 0, n)
+	claims := make([]*hold, 0, n)
 	for i := range n {
 		cl, err := c.Claim(ctx, key(fmt.Sprintf("held-%d", i)), notTaken)
 		require.NoError(t, err)
@@ -591,7 +591,7 @@ func (l *lostCause) require(t *testing.T) {
 
 // watchedClaims returns the number of claims of c with a function to call
 // on a loss.
-func watchedClaims(c *Claimer) int {
+func watchedClaims(c *claimer) int {
 	n := 0
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -618,7 +618,7 @@ func TestWatchLost(t *testing.T) {
 		store := newMemory(t, lockstore.MemoryConfig{TTL: ttl, Clock: clock})
 		// Locks that never report their loss themselves (Lost is nil), so
 		// that the next claimant's grant is what reports it.
-		c := NewClaimer(silentLocker{store})
+		c := makeClaimer(silentLocker{store})
 		holder, err := c.Claim(ctx, k, notTaken)
 		require.NoError(t, err)
 		lost := newLostCause()

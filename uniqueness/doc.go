@@ -33,7 +33,5 @@
 // A rule whose command type no handler takes is an error at bus.Bus.Start,
 // middleware.RouterMiddleware and middleware.OnHandle
 // (middleware.ErrUnhandledCommandType),
-// so a rule cannot silently match nothing. Claimer.Claim is the claim
-// without the middleware; it returns middleware.ErrAlreadyTaken for a taken
-// value.
+// so a rule cannot silently match nothing.
 package uniqueness

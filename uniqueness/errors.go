@@ -11,6 +11,6 @@ var (
 
 	// errNilLookup is returned by Claim when the lookup function is nil.
 	errNilLookup = errors.New("uniqueness: nil lookup function (Claim needs a func(ctx) (taken bool, err error))")
-	// errNilLocker is returned by Claim on a Claimer made without a Locker.
+	// errNilLocker is returned by Claim on a claimer made without a Locker.
 	errNilLocker = errors.New("uniqueness: nil Locker (give a lockstore store, such as lockstore.NewMemory)")
 )

@@ -8,10 +8,10 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// A Claimer learns that a watched claim's lock was lost from the lock's
+// A claimer learns that a watched claim's lock was lost from the lock's
 // store, at once (see lockstore.AfterLost): watchLost registers the claim
 // with its lock and its release stops the registration, with no goroutine
-// or timer of the Claimer's own. A claim whose lock is lost before the
+// or timer of the claimer's own. A claim whose lock is lost before the
 // next claimant of this process is granted the key is reported at that
 // grant at the latest.
 
@@ -20,7 +20,7 @@ import (
 // released. One function per claim: a later call replaces it. It must not
 // run at the same time as cl's Release (the middleware calls it before it
 // hands its claims on).
-func (c *Claimer) watchLost(cl *Claim, f context.CancelCauseFunc) {
+func (c *claimer) watchLost(cl *hold, f context.CancelCauseFunc) {
 	cl.sh.mu.Lock()
 	if cl.st == nil {
 		cl.sh.mu.Unlock()
@@ -44,12 +44,12 @@ func (c *Claimer) watchLost(cl *Claim, f context.CancelCauseFunc) {
 // lostTarget is a Claim as the afterlost.Target its lock's store tells of
 // the loss: a type of its own, so that LockLost is not a method of Claim
 // that a handler holding the claim could call.
-type lostTarget Claim
+type lostTarget hold
 
 // LockLost reports the loss of the claim's lock to its function, if any;
 // the lock's store calls it (see watchLost).
 func (t *lostTarget) LockLost() {
-	cl := (*Claim)(t)
+	cl := (*hold)(t)
 	cl.sh.mu.Lock()
 	if cl.st == nil {
 		// Released meanwhile: nothing to report.
@@ -65,7 +65,7 @@ func (t *lostTarget) LockLost() {
 
 // takeLost marks the claim's lock as lost and returns the call that
 // reports it (nil when no function is registered). cl.sh.mu is held.
-func (cl *Claim) takeLost() func() {
+func (cl *hold) takeLost() func() {
 	cl.lostSeen = true
 	f := cl.onLost
 	if f == nil {
@@ -76,13 +76,13 @@ func (cl *Claim) takeLost() func() {
 }
 
 // lostError is the cause given to the function of a lost claim.
-func (cl *Claim) lostError() error {
+func (cl *hold) lostError() error {
 	return fmt.Errorf("uniqueness: claim lost while the handler ran: %s: %w", cl.key, lockstore.ErrLockLost)
 }
 
 // unwatch forgets the claim's function and stops its registration, if
 // any. cl.sh.mu is held.
-func (cl *Claim) unwatch() {
+func (cl *hold) unwatch() {
 	cl.onLost = nil
 	if cl.watched {
 		cl.lostWatch.Stop()

@@ -24,7 +24,7 @@ import (
 const DefaultClaimTimeout = 15 * time.Second
 
 // assignClaims is the key under which BeforeDispatch keeps the claims it
-// took in the pipeline's Assigns; read them with ClaimsOf.
+// took in the pipeline's Assigns.
 const assignClaims = "uniqueness.claims"
 
 // held is what BeforeDispatch keeps under assignClaims: the claims, and the
@@ -32,7 +32,7 @@ const assignClaims = "uniqueness.claims"
 // lookups of a command with few unique fields, so that one allocation
 // serves them all.
 type held struct {
-	claims []*Claim
+	claims []*hold
 	cancel context.CancelCauseFunc
 	// groups are the command's groups of targets; reserves is set when a
 	// rule of one of them reserves.
@@ -48,7 +48,7 @@ type held struct {
 	committed bool
 	tracer    observe.Tracer
 	endHold   observe.EndFunc
-	claimBuf  [2]*Claim
+	claimBuf  [2]*hold
 	targets   [4]target
 	groupBuf  [2]group
 }
@@ -209,7 +209,7 @@ func (c Config) Validate() error {
 // after the handler returns (see uniqueness/README.md). Use one per
 // pipeline, with all the rules. It is safe for concurrent use.
 type Middleware struct {
-	claimer        *Claimer
+	claimer        *claimer
 	rules          []Rule
 	timeout        time.Duration
 	logger         *slog.Logger
@@ -238,7 +238,7 @@ func New(cfg Config) (*Middleware, error) {
 		compare = o.CompareKeys
 	}
 	m := &Middleware{
-		claimer:        NewClaimer(cfg.Locker),
+		claimer:        makeClaimer(cfg.Locker),
 		rules:          slices.Clone(cfg.Rules),
 		timeout:        cmp.Or(cfg.ClaimTimeout, DefaultClaimTimeout),
 		logger:         cmp.Or(cfg.Logger, slog.Default()),
@@ -249,9 +249,9 @@ func New(cfg Config) (*Middleware, error) {
 	return m, nil
 }
 
-// ClaimsOf returns the claims the Uniqueness middleware holds for the
+// claimsOf returns the claims the Uniqueness middleware holds for the
 // command p carries, in the order they were taken; nil when it holds none.
-func ClaimsOf(p *middleware.Pipeline) []*Claim {
+func claimsOf(p *middleware.Pipeline) []*hold {
 	v, _ := p.Assigned(assignClaims)
 	if h, ok := v.(*held); ok {
 		return h.claims
@@ -467,7 +467,7 @@ func (m *Middleware) release(ctx context.Context, p *middleware.Pipeline, ok boo
 // reporting each release that fails (see releaseFailed). detach gives the
 // releases a context of their own, bounded by
 // middleware.DefaultReleaseTimeout, for when ctx may be done.
-func (m *Middleware) releaseAll(ctx context.Context, commandID string, claims []*Claim, detach bool) {
+func (m *Middleware) releaseAll(ctx context.Context, commandID string, claims []*hold, detach bool) {
 	if len(claims) == 0 {
 		return
 	}

@@ -178,7 +178,7 @@ func TestLookupErrorKeepsItsCause(t *testing.T) {
 	require.True(t, p.Halted())
 	require.ErrorIs(t, p.Err(), middleware.ErrUnavailable)
 	require.ErrorIs(t, p.Err(), boom)
-	require.Empty(t, uniqueness.ClaimsOf(p))
+	require.Empty(t, uniqueness.HeldClaims(p))
 	mw.AfterFailure(context.Background(), p)
 	requireNothingHeld(t, store)
 }
@@ -623,7 +623,7 @@ func TestCommandsWithoutUniqueValuesPassThrough(t *testing.T) {
 		p := middleware.NewPipeline(ctx, cmd)
 		mw.BeforeDispatch(ctx, p)
 		require.False(t, p.Halted())
-		require.Empty(t, uniqueness.ClaimsOf(p))
+		require.Empty(t, uniqueness.HeldClaims(p))
 		mw.AfterDispatch(ctx, p)
 	}
 	requireNothingHeld(t, store)
@@ -657,7 +657,7 @@ func TestClaimsAreAssignedAndReleased(t *testing.T) {
 	p := middleware.NewPipeline(ctx, &renameAccount{ID: "a", Username: "ann", Email: "Ann@x.org"})
 	mw.BeforeDispatch(ctx, p)
 	require.False(t, p.Halted())
-	claims := uniqueness.ClaimsOf(p)
+	claims := uniqueness.HeldClaims(p)
 	require.Len(t, claims, 2)
 	require.Equal(t, lockstore.Key{Namespace: "account.email", ID: "ann@x.org"}, claims[0].Key(), "taken in key order")
 	require.Equal(t, lockstore.Key{Namespace: "account.username", ID: "ann"}, claims[1].Key())

@@ -219,7 +219,7 @@ func crashAfterClaim(t *testing.T, mw *uniqueness.Middleware, cmd *commands.Crea
 	p.CommandUUID = id
 	mw.BeforeDispatch(context.Background(), p)
 	require.False(t, p.Halted(), "%v", p.Err())
-	claims := uniqueness.ClaimsOf(p)
+	claims := uniqueness.HeldClaims(p)
 	require.Len(t, claims, 1)
 	require.NoError(t, claims[0].Release(context.Background()))
 }

@@ -49,13 +49,13 @@ func TestValueTypeRuleMatchesValuesAndSkipsNil(t *testing.T) {
 	p := middleware.NewPipeline(ctx, commands.CreateStaff{StaffID: "s-1", Email: "ann@x.org"})
 	mw.BeforeDispatch(ctx, p)
 	require.False(t, p.Halted())
-	require.Len(t, uniqueness.ClaimsOf(p), 1)
+	require.Len(t, uniqueness.HeldClaims(p), 1)
 	mw.AfterDispatch(ctx, p)
 
 	p = middleware.NewPipeline(ctx, (*commands.CreateStaff)(nil))
 	mw.BeforeDispatch(ctx, p)
 	require.False(t, p.Halted())
-	require.Empty(t, uniqueness.ClaimsOf(p))
+	require.Empty(t, uniqueness.HeldClaims(p))
 	requireNothingHeld(t, store)
 }
 

@@ -2,7 +2,7 @@ package uniqueness
 
 import "sync/atomic"
 
-// Stats are the counts of a Claimer's claims at one moment.
+// Stats are the counts of a claimer's claims at one moment.
 type Stats struct {
 	// Held is the number of claims of this process granted and not yet
 	// released.
@@ -21,10 +21,10 @@ type Stats struct {
 	ReservationsConfirmed, ReservationsCancelled int64
 }
 
-// Stats counts the Claimer's claims now. It visits every key claimants of
+// Stats counts the claimer's claims now. It visits every key claimants of
 // this process wait for or hold, under each shard's lock in turn: cheap
 // enough for every metrics scrape, with no cost on the claims themselves.
-func (c *Claimer) Stats() Stats {
+func (c *claimer) Stats() Stats {
 	var st Stats
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -40,7 +40,7 @@ func (c *Claimer) Stats() Stats {
 	return st
 }
 
-// Stats counts the claims of the middleware now (see Claimer.Stats), and
+// Stats counts the claims of the middleware now (see claimer.Stats), and
 // its reservations.
 func (m *Middleware) Stats() Stats {
 	st := m.claimer.Stats()

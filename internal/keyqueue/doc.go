@@ -1,5 +1,5 @@
 // Package keyqueue is the per-key FIFO queue of the lock stores and the
-// Claimer: who holds each key, who waits for it in what order, and the
+// claims of uniqueness: who holds each key, who waits for it in what order, and the
 // handover from a holder to its first waiter, in memory that an idle key
 // gives back.
 //
@@ -8,7 +8,7 @@
 //   - Table, a map from a key to its entry that frees an idle key's
 //     memory: an open-addressing hash table that grows at three quarters
 //     full and shrinks at an eighth, without tombstones. The memory store
-//     keeps its held locks in one per shard, the Claimer its per-key state.
+//     keeps its held locks in one per shard, the claims of uniqueness its per-key state.
 //   - List, the FIFO of one key's waiters, doubly linked so that a waiter
 //     that gives up leaves in constant time. The memory store queues its
 //     Lock calls on one.
