@@ -38,7 +38,7 @@ type claimer struct {
 	locker lockstore.Locker
 	// prober is locker when it can answer a probe in the lock's round
 	// trip, nil otherwise.
-	prober lockext.Prober
+	prober lockext.Prober[lockstore.Key, lockstore.Lock]
 	seed   maphash.Seed
 	shards [numShards]shard
 }
@@ -86,7 +86,7 @@ var statePool = sync.Pool{New: func() any { return new(keyState) }}
 
 // makeClaimer returns a claimer that takes keys on l.
 func makeClaimer(l lockstore.Locker) *claimer {
-	p, _ := l.(lockext.Prober)
+	p, _ := l.(lockext.Prober[lockstore.Key, lockstore.Lock])
 	return &claimer{locker: l, prober: p, seed: maphash.MakeSeed()}
 }
 

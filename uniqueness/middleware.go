@@ -233,8 +233,8 @@ func New(cfg Config) (*Middleware, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	compare := lockext.CompareKeys
-	if o, ok := cfg.Locker.(lockext.KeyOrder); ok {
+	compare := lockext.CompareKeys[lockstore.Key]
+	if o, ok := cfg.Locker.(lockext.KeyOrder[lockstore.Key]); ok {
 		compare = o.CompareKeys
 	}
 	m := &Middleware{

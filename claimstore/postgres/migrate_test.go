@@ -59,7 +59,6 @@ func appliedVersions(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
 	return migratetest.PostgresVersions(migrateCtx(t), t, pool, schema, component)
 }
 
-
 // TestMigrateUpgradesRelease0: tables the earlier release created, with
 // rows in them, are adopted by the first migration: New records the
 // versions, and the reservation and the outcome are still there.

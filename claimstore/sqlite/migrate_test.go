@@ -45,7 +45,6 @@ var component = migratetest.Component{
 	Migrations: sqlite.Migrations, VersionTable: sqlite.VersionTable,
 }
 
-
 // TestMigrateUpgradesRelease0: tables the earlier release created, with a
 // reservation in them, are adopted by the first migration.
 func TestMigrateUpgradesRelease0(t *testing.T) {

@@ -10,37 +10,51 @@ import (
 	"cmp"
 	"context"
 	"slices"
-
-	"github.com/claimbus/claimbus/lockstore"
 )
 
 // KeyOrder is implemented by stores whose keys have an order that every
 // node sharing the store agrees on (for PostgreSQL, the order of the
 // database lock ids). A caller that takes several keys takes them in this
 // order, so two callers can never deadlock on each other.
-type KeyOrder interface {
+// K is lockstore.Key: the package names it by its shape, so that it sits
+// below lockstore and imports nothing of the module.
+type KeyOrder[K Key] interface {
 	// CompareKeys returns a negative number when a comes before b, a
 	// positive number when it comes after, and 0 when the two keys map to
 	// the same lock.
-	CompareKeys(a, b lockstore.Key) int
+	CompareKeys(a, b K) int
+}
+
+// Key is the shape of lockstore.Key.
+type Key interface {
+	~struct {
+		Namespace string
+		ID        string
+	}
+}
+
+type key = struct {
+	Namespace string
+	ID        string
 }
 
 // CompareKeys orders keys by namespace, then id. It is the order of stores
 // that do not implement KeyOrder.
-func CompareKeys(a, b lockstore.Key) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
+func CompareKeys[K Key](a, b K) int {
+	x, y := key(a), key(b)
+	return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.ID, y.ID))
 }
 
 // SortKeys sorts keys in the order l takes them (its KeyOrder when it has
 // one, CompareKeys otherwise) and drops keys that map to the same lock as
 // the key before them, so that taking them in turn never waits on itself.
-func SortKeys(l lockstore.Locker, keys []lockstore.Key) []lockstore.Key {
-	compare := CompareKeys
-	if o, ok := l.(KeyOrder); ok {
+func SortKeys[K Key](l any, keys []K) []K {
+	compare := CompareKeys[K]
+	if o, ok := l.(KeyOrder[K]); ok {
 		compare = o.CompareKeys
 	}
 	slices.SortFunc(keys, compare)
-	return slices.CompactFunc(keys, func(a, b lockstore.Key) bool { return compare(a, b) == 0 })
+	return slices.CompactFunc(keys, func(a, b K) bool { return compare(a, b) == 0 })
 }
 
 // LaterReleaser is implemented by locks whose store can carry the unlock in
@@ -66,7 +80,7 @@ type LaterReleaser interface {
 // on this node or another, gets it only once the release is applied, as
 // after Release returns. A later Release of l returns nil at once, without
 // waiting for that.
-func ReleaseLater(ctx context.Context, l lockstore.Lock, done func(error)) {
+func ReleaseLater(ctx context.Context, l interface{ Release(context.Context) error }, done func(error)) {
 	if lr, ok := l.(LaterReleaser); ok {
 		lr.ReleaseLater(done)
 		return
@@ -101,10 +115,10 @@ type Probe struct {
 
 // Prober is implemented by stores that can answer a Probe in the round trip
 // that takes a key.
-type Prober interface {
+type Prober[K Key, L any] interface {
 	// TryLockProbe is TryLock that also runs probe once the key is granted,
 	// and reports whether probe found its value taken. When the probe
 	// fails the key is released and TryLockProbe returns the probe's error,
 	// wrapped, and no lock.
-	TryLockProbe(ctx context.Context, key lockstore.Key, probe Probe) (lock lockstore.Lock, taken bool, err error)
+	TryLockProbe(ctx context.Context, key K, probe Probe) (lock L, taken bool, err error)
 }

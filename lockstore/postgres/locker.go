@@ -44,10 +44,10 @@ type pgLock struct {
 }
 
 var (
-	_ lockstore.Lock        = (*pgLock)(nil)
-	_ lockext.LaterReleaser = (*pgLock)(nil)
-	_ lockext.Prober        = (*Store)(nil)
-	_ afterlost.Watcher     = (*pgLock)(nil)
+	_ lockstore.Lock                                = (*pgLock)(nil)
+	_ lockext.LaterReleaser                         = (*pgLock)(nil)
+	_ lockext.Prober[lockstore.Key, lockstore.Lock] = (*Store)(nil)
+	_ afterlost.Watcher                             = (*pgLock)(nil)
 )
 
 // Key is the key this lock holds.

@@ -107,4 +107,4 @@ func (s *Store) CompareKeys(a, b lockstore.Key) int {
 	return compareLockIDs(computeLockID(s.namespaces, a), computeLockID(s.namespaces, b))
 }
 
-var _ lockext.KeyOrder = (*Store)(nil)
+var _ lockext.KeyOrder[lockstore.Key] = (*Store)(nil)

@@ -46,7 +46,6 @@ func drawToken(t *testing.T, s *Store) int64 {
 	return token
 }
 
-
 // TestMigrateUpgradesRelease0: a schema the earlier releases created (the
 // sequence and the epoch tables; before that, the sequence alone), with
 // tokens handed out, is adopted by the first migration: New records the

@@ -13,7 +13,6 @@ var component = migratetest.Component{
 	Migrations: sqlite.Migrations, VersionTable: sqlite.VersionTable,
 }
 
-
 // TestMigrateUpgradesRelease0: a file the release before versioned
 // migrations wrote (the token table, with a high-water mark) is adopted by
 // the first migration: New records the version and tokens rise past the
