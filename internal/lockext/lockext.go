@@ -16,6 +16,7 @@ import (
 // node sharing the store agrees on (for PostgreSQL, the order of the
 // database lock ids). A caller that takes several keys takes them in this
 // order, so two callers can never deadlock on each other.
+//
 // K is lockstore.Key: the package names it by its shape, so that it sits
 // below lockstore and imports nothing of the module.
 type KeyOrder[K Key] interface {
