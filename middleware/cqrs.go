@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 )
 
-// HandlerConfig configures OnHandle and WrapHandler.
+// HandlerConfig configures OnHandle.
 type HandlerConfig struct {
 	// Runner runs the middleware around each command. Required.
 	Runner *Runner
@@ -21,16 +21,11 @@ type HandlerConfig struct {
 	// AckCommandHandlingErrors is set). Set it when OnResult answers the
 	// sender. Default false.
 	AckHandlerErrors bool
-	// Marshaler names, for WrapHandler, a command whose message carries no
-	// name, or that is handled outside a cqrs processor. Default
-	// cqrs.JSONMarshaler{}.
-	Marshaler cqrs.CommandEventMarshaler
 	// Handlers are the handlers of the processor, as given to its
 	// AddHandlers. Required by OnHandle, which checks the command types
 	// the Runner's middleware act on (see CommandTyper) against theirs
 	// (NewCommand): a rule for a type no handler handles is an error
 	// matching ErrUnhandledCommandType, not a rule that never acts.
-	// WrapHandler checks nothing and needs none.
 	Handlers []cqrs.CommandHandler
 }
 
@@ -99,62 +94,4 @@ func OnHandle(cfg HandlerConfig) (cqrs.CommandProcessorOnHandleFn, error) {
 			return nil, params.Handler.Handle(ctx, p.Command)
 		})
 	}, nil
-}
-
-// WrapHandler returns h with the pipeline run around its Handle: the most
-// portable plug, it works with any processor and composes with Watermill's
-// requestreply handlers (wrap those, with a RequestReply's HandlerConfig).
-// The wrapper keeps h's HandlerName and NewCommand.
-//
-// The pipeline's ids and metadata come from the message the cqrs
-// processor puts in the context (cqrs.OriginalMessageFromCtx); called
-// outside a processor, the pipeline has no message, ids or metadata, and
-// OnResult gets a nil message.
-//
-// Handle returns nil for a halted command; the command's error when it
-// failed, unless AckHandlerErrors; an OnResult error in every case.
-func WrapHandler(h cqrs.CommandHandler, cfg HandlerConfig) (cqrs.CommandHandler, error) {
-	if h == nil {
-		return nil, errors.Join(errors.New("middleware: WrapHandler of a nil handler"), cfg.Validate())
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	m := cfg.Marshaler
-	if m == nil {
-		m = cqrs.JSONMarshaler{}
-	}
-	return &wrappedHandler{inner: h, runner: cfg.Runner, out: cfg.outcome(), marshaler: m}, nil
-}
-
-type wrappedHandler struct {
-	inner     cqrs.CommandHandler
-	runner    *Runner
-	out       outcome
-	marshaler cqrs.CommandEventMarshaler
-}
-
-// HandlerName returns the wrapped handler's name.
-func (w *wrappedHandler) HandlerName() string { return w.inner.HandlerName() }
-
-// NewCommand returns the wrapped handler's new command.
-func (w *wrappedHandler) NewCommand() any { return w.inner.NewCommand() }
-
-// Handle runs the pipeline around the wrapped handler's Handle.
-func (w *wrappedHandler) Handle(ctx context.Context, cmd any) error {
-	msg := cqrs.OriginalMessageFromCtx(ctx)
-	var p *Pipeline
-	if msg != nil {
-		name := w.marshaler.NameFromMessage(msg)
-		if name == "" {
-			name = w.marshaler.Name(cmd)
-		}
-		p = newMessagePipeline(msg, cmd, name)
-	} else {
-		p = &Pipeline{Command: cmd, CommandName: w.marshaler.Name(cmd)}
-	}
-	p.ctx = ctx
-	return w.out.run(ctx, w.runner, msg, p, func(ctx context.Context, p *Pipeline) (any, error) {
-		return nil, w.inner.Handle(ctx, p.Command)
-	})
 }

@@ -94,59 +94,10 @@ func TestOnHandle(t *testing.T) {
 	require.NoError(t, got[4].err)
 }
 
-func TestWrapHandler(t *testing.T) {
-	t.Parallel()
-	inner := cqrs.NewCommandHandler("create_staff", func(ctx context.Context, cmd *CreateStaff) error {
-		if cmd.Email == "broken@x.org" {
-			return errHandler
-		}
-		return nil
-	})
-	res := &results{}
-	h, err := middleware.WrapHandler(inner, middleware.HandlerConfig{
-		Runner: newRunner(t, middleware.Validate(), takenEmails), OnResult: res.fn, AckHandlerErrors: true,
-	})
-	require.NoError(t, err)
-	require.Equal(t, "create_staff", h.HandlerName())
-	require.IsType(t, &CreateStaff{}, h.NewCommand())
-
-	t.Run("in a processor", func(t *testing.T) {
-		env := startCQRS(t, h, nil)
-		taken := commandMessage(t, &CreateStaff{Email: "taken@x.org"})
-		publishAcked(t, env.pubSub, "commands", taken)
-		broken := commandMessage(t, &CreateStaff{Email: "broken@x.org"})
-		publishAcked(t, env.pubSub, "commands", broken)
-		require.Equal(t, 1, env.deliveries.count(taken.UUID))
-		require.Equal(t, 1, env.deliveries.count(broken.UUID), "AckHandlerErrors acks a handler error")
-		got := res.list()
-		require.Len(t, got, 2)
-		require.Equal(t, taken.UUID, got[0].uuid)
-		require.ErrorIs(t, got[0].err, middleware.ErrAlreadyTaken)
-		require.Equal(t, broken.UUID, got[1].uuid)
-		require.ErrorIs(t, got[1].err, errHandler)
-	})
-
-	t.Run("called directly", func(t *testing.T) {
-		var name string
-		direct, err := middleware.WrapHandler(inner, middleware.HandlerConfig{
-			Runner: newRunner(t, middleware.Hooks{OnBeforeDispatch: func(_ context.Context, p *middleware.Pipeline) {
-				name = p.CommandName
-			}}),
-		})
-		require.NoError(t, err)
-		require.NoError(t, direct.Handle(context.Background(), &CreateStaff{Email: "ann@x.org"}))
-		require.Equal(t, createStaffName, name)
-		require.ErrorIs(t, direct.Handle(context.Background(), &CreateStaff{Email: "broken@x.org"}), errHandler)
-	})
-}
-
 func TestHandlerConfigValidate(t *testing.T) {
 	t.Parallel()
 	require.ErrorContains(t, middleware.HandlerConfig{}.Validate(), "Runner is nil")
 	_, err := middleware.OnHandle(middleware.HandlerConfig{})
 	require.Error(t, err)
-	_, err = middleware.WrapHandler(nil, middleware.HandlerConfig{})
-	require.ErrorContains(t, err, "nil handler")
-	require.ErrorContains(t, err, "Runner is nil", "every problem is reported")
 	require.NoError(t, middleware.HandlerConfig{Runner: newRunner(t)}.Validate())
 }

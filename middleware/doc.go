@@ -11,9 +11,8 @@
 // after hooks run exactly once, in reverse order, only for middleware whose
 // before hook started, even on panic or when the sender went away.
 //
-// RouterMiddleware (any Watermill router), OnHandle
-// (cqrs.CommandProcessorConfig.OnHandle) and WrapHandler (one
-// cqrs.CommandHandler) run a Runner where Watermill users handle commands;
+// RouterMiddleware (any Watermill router) and OnHandle
+// (cqrs.CommandProcessorConfig.OnHandle) run a Runner where Watermill users handle commands;
 // add them before the router runs. The after hooks get a context of their
 // own, not the message's, which Watermill cancels on ack. A halted command
 // is acked; a handler error is nacked unless AckHandlerErrors is set; an

@@ -190,7 +190,7 @@ func repliesWithoutAck(onResult ResultFunc, ack bool) error {
 		errIncompleteRequestReply)
 }
 
-// HandlerConfig returns the config of OnHandle or WrapHandler for runner
+// HandlerConfig returns the config of OnHandle for runner
 // and the processor's handlers, answering requestreply senders through rr
 // and acking handler errors.
 func (rr *RequestReply[R]) HandlerConfig(runner *Runner, handlers ...cqrs.CommandHandler) HandlerConfig {

@@ -99,9 +99,6 @@ func startRequestReplyEnv(t *testing.T, plug string) *requestReplyEnv {
 	case "onhandle":
 		procCfg.OnHandle, err = middleware.OnHandle(hcfg)
 		require.NoError(t, err)
-	case "wrap":
-		handler, err = middleware.WrapHandler(handler, hcfg)
-		require.NoError(t, err)
 	}
 	proc, err := cqrs.NewCommandProcessorWithConfig(router, procCfg)
 	require.NoError(t, err)
@@ -136,7 +133,7 @@ func (env *requestReplyEnv) send(t *testing.T, cmd *CreateStaff, modify func(*me
 
 func TestRequestReplyRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, plug := range []string{"router", "onhandle", "wrap"} {
+	for _, plug := range []string{"router", "onhandle"} {
 		t.Run(plug, func(t *testing.T) {
 			t.Parallel()
 			env := startRequestReplyEnv(t, plug)
@@ -360,15 +357,11 @@ func TestIncompleteRequestReplyIsRefused(t *testing.T) {
 	bare.AckHandlerErrors = false
 	_, err = middleware.OnHandle(bare)
 	require.ErrorContains(t, err, "incomplete requestreply set-up")
-	_, err = middleware.WrapHandler(handler, bare)
-	require.ErrorContains(t, err, "incomplete requestreply set-up")
 	_, err = middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: newRegistry(t), OnResult: bare.OnResult})
 	require.ErrorContains(t, err, "incomplete requestreply set-up")
 	require.ErrorContains(t, err, "RequestReply.HandlerConfig")
 
 	_, err = middleware.OnHandle(rr.HandlerConfig(runner, handler))
-	require.NoError(t, err)
-	_, err = middleware.WrapHandler(handler, rr.HandlerConfig(runner))
 	require.NoError(t, err)
 	_, err = middleware.RouterMiddleware(rr.RouterConfig(runner, newRegistry(t)))
 	require.NoError(t, err)
