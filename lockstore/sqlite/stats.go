@@ -4,8 +4,8 @@ import "github.com/claimbus/claimbus/lockstore"
 
 var _ lockstore.StatsReporter = (*Store)(nil)
 
-// Stats reports the locks held now (Held), the calls waiting for a key now
-// (Waiting: Lock, Serialize and Exclusive) and the locks that ended lost,
-// by Reset or Close (LocksLost). The store opens no connections of its own
-// (Conns is 0): its transactions use the *sql.DB's.
+// Stats reports the store's in-process locks, those of Serialize,
+// Exclusive and Begin: Held and Waiting as lockstore.Memory counts them.
+// The store opens no connections of its own, so Conns and the round-trip
+// counters stay 0.
 func (s *Store) Stats() lockstore.Stats { return s.mem.Stats() }
