@@ -37,12 +37,12 @@ func TestConfigMismatchFails(t *testing.T) {
 
 	sub, cancel := context.WithCancel(ctx)
 	defer cancel()
-	_, err = tr.Subscriber().Subscribe(sub, "command.x")
+	_, err = tr.BusConfig(bus.Config{}).Subscriber.Subscribe(sub, "command.x")
 	require.NoError(t, err)
 	other, err := natstransport.New(ctx, srv.URL(), natstransport.Config{NodeID: "b", Stream: "S", SubjectPrefix: "p", AckWait: time.Minute})
 	require.NoError(t, err, "the stream agrees")
 	t.Cleanup(func() { require.NoError(t, other.Close()) })
-	_, err = other.Subscriber().Subscribe(sub, "command.x")
+	_, err = other.BusConfig(bus.Config{}).Subscriber.Subscribe(sub, "command.x")
 	require.ErrorIs(t, err, natstransport.ErrConfigMismatch)
 	require.ErrorContains(t, err, "ack wait 5s (want 1m0s)")
 
@@ -51,7 +51,7 @@ func TestConfigMismatchFails(t *testing.T) {
 	require.NoError(t, bus.Handle(b, func(context.Context, *Echo) (string, error) { return "", nil }))
 	// The reply consumer is new; the command consumer was created by a
 	// node with the default AckWait.
-	_, err = tr.Subscriber().Subscribe(sub, "command.natstransport_test.Echo")
+	_, err = tr.BusConfig(bus.Config{}).Subscriber.Subscribe(sub, "command.natstransport_test.Echo")
 	require.NoError(t, err)
 	require.ErrorIs(t, b.Start(ctx), natstransport.ErrConfigMismatch)
 	require.NoError(t, b.Close())

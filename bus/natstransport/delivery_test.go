@@ -31,11 +31,11 @@ func TestNackRedeliversAtOnce(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, tr.Close()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := tr.Subscriber().Subscribe(ctx, "t")
+	ch, err := tr.BusConfig(bus.Config{}).Subscriber.Subscribe(ctx, "t")
 	require.NoError(t, err)
 	sent := message.NewMessage(uuid.NewString(), []byte("again"))
 	sent.Metadata.Set("k", "v")
-	require.NoError(t, tr.Publisher().Publish("t", sent))
+	require.NoError(t, tr.BusConfig(bus.Config{}).Publisher.Publish("t", sent))
 
 	receive := func() *message.Message {
 		t.Helper()

@@ -22,6 +22,17 @@
 // and locks do not travel here: the uniqueness and lock middleware keep
 // them in their lock store.
 //
+// A topic's messages go to the subject SubjectPrefix, a dot, and the
+// topic's dot-separated parts with every byte other than a letter, a
+// digit, - or _ written as %XX (upper-case hex) and an empty part written
+// as %: "command.commands.CreateStaff" is
+// "claimbus.command.commands.CreateStaff", "reply.node:1" is
+// "claimbus.reply.node%3A1". Distinct topics have distinct subjects. Each
+// command topic has one durable consumer, whose name is also the queue
+// group of every node's subscription: DurablePrefix, _, the topic with
+// every byte other than a letter, a digit, - or _ written as _ (cut to 96
+// bytes), _, and 12 hex digits of the topic's SHA-256.
+//
 // docs/bus.md#busnatstransport describes streams, delivery, ordering,
 // durability and outages.
 package natstransport

@@ -53,10 +53,8 @@ func Example() {
 	got, err := bus.Dispatch[string](ctx, a, &Greet{Name: "Ann"})
 	check(err)
 	fmt.Println(got)
-	fmt.Println(trA.Subject(bus.DefaultCommandTopic(a.CommandName(&Greet{}))))
 	// Output:
 	// hello, Ann
-	// claimbus.command.natstransport_test.Greet
 }
 
 func check(err error) {

@@ -62,7 +62,7 @@ func inspect(t testing.TB, url string) *inspector {
 // topic is acked. The consumer must exist.
 func (in *inspector) unsettled(tr *natstransport.Transport, topic string) int {
 	in.t.Helper()
-	info, err := in.js.ConsumerInfo(in.stream(tr, topic), tr.ConsumerName(topic))
+	info, err := in.js.ConsumerInfo(in.stream(tr, topic), natstransport.ConsumerName(tr, topic))
 	require.NoError(in.t, err)
 	return int(info.NumPending) + info.NumAckPending
 }
@@ -70,7 +70,7 @@ func (in *inspector) unsettled(tr *natstransport.Transport, topic string) int {
 // delivered returns how many deliveries topic's consumer made.
 func (in *inspector) delivered(tr *natstransport.Transport, topic string) int {
 	in.t.Helper()
-	info, err := in.js.ConsumerInfo(in.stream(tr, topic), tr.ConsumerName(topic))
+	info, err := in.js.ConsumerInfo(in.stream(tr, topic), natstransport.ConsumerName(tr, topic))
 	require.NoError(in.t, err)
 	return int(info.Delivered.Consumer)
 }
@@ -79,7 +79,7 @@ func (in *inspector) delivered(tr *natstransport.Transport, topic string) int {
 // (a work queue: an acked message is deleted).
 func (in *inspector) stored(tr *natstransport.Transport, topic string) int {
 	in.t.Helper()
-	subject := tr.Subject(topic)
+	subject := natstransport.Subject(tr, topic)
 	info, err := in.js.StreamInfo(in.stream(tr, topic), &nats.StreamInfoRequest{SubjectsFilter: subject})
 	require.NoError(in.t, err)
 	return int(info.State.Subjects[subject])
@@ -94,7 +94,7 @@ func eventually(t testing.TB, cond func() bool, msg string) {
 // stream returns the name of the stream that captures topic's subject.
 func (in *inspector) stream(tr *natstransport.Transport, topic string) string {
 	in.t.Helper()
-	name, err := in.js.StreamNameBySubject(tr.Subject(topic))
+	name, err := in.js.StreamNameBySubject(natstransport.Subject(tr, topic))
 	require.NoError(in.t, err)
 	return name
 }

@@ -73,3 +73,9 @@ func consumerNameOf(prefix, topic string) string {
 func deliverSubjectOf(stream, name string) string {
 	return "_INBOX.claimbus." + stream + "." + name
 }
+
+func (t *Transport) subject(topic string) string { return subjectOf(t.cfg.SubjectPrefix, topic) }
+
+func (t *Transport) consumerName(topic string) string {
+	return consumerNameOf(t.cfg.DurablePrefix, topic)
+}

@@ -28,7 +28,7 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	if topic == "" {
 		return fmt.Errorf("natstransport: publish: %w", bus.ErrInvalidTopic)
 	}
-	subject := p.t.Subject(topic)
+	subject := p.t.subject(topic)
 	if err := p.inner.Publish(subject, msgs...); err != nil {
 		return wrap(context.Background(), "publish to "+subject, err)
 	}

@@ -83,13 +83,13 @@ func streamDiff(got, want *nats.StreamConfig) string {
 // that the nodes' subscriptions share as a queue group, every message
 // acked explicitly within AckWait, redelivered without limit.
 func (t *Transport) consumerConfig(topic string) *nats.ConsumerConfig {
-	name := t.ConsumerName(topic)
+	name := t.consumerName(topic)
 	return &nats.ConsumerConfig{
 		Durable:        name,
 		Description:    "claimbus topic " + topic,
 		DeliverSubject: deliverSubjectOf(t.cfg.Stream, name),
 		DeliverGroup:   name,
-		FilterSubject:  t.Subject(topic),
+		FilterSubject:  t.subject(topic),
 		DeliverPolicy:  nats.DeliverAllPolicy,
 		AckPolicy:      nats.AckExplicitPolicy,
 		AckWait:        t.cfg.AckWait,

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
 	"github.com/claimbus/claimbus/bus"
@@ -124,40 +123,13 @@ func New(ctx context.Context, url string, cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// Publisher publishes commands and replies: a JetStream publish to the
-// topic's subject that returns once the stream has stored the message, or
-// fails (matching middleware.ErrUnavailable when NATS is down) within
-// RequestTimeout. It does not consult the message's context.
-func (t *Transport) Publisher() message.Publisher { return t.publisher }
-
-// Subscriber receives commands. Every node's subscription of a topic is a
-// member of the topic's queue group, bound to its one durable consumer:
-// each message goes to one of them. A command is acked once the bus acks
-// it, and the ack waits for the server's confirmation.
-func (t *Transport) Subscriber() message.Subscriber { return t.commands }
-
-// ReplySubscriber receives this node's replies, from a consumer that only
-// this node uses.
-func (t *Transport) ReplySubscriber() message.Subscriber { return t.replies }
-
-// Subject returns the subject topic's messages are published to:
-// SubjectPrefix, a dot, and the topic's dot-separated parts with every
-// byte other than a letter, a digit, - or _ written as %XX (upper-case
-// hex), and an empty part written as %: "command.commands.CreateStaff" is
-// "claimbus.command.commands.CreateStaff", "reply.node:1" is
-// "claimbus.reply.node%3A1". Distinct topics have distinct subjects.
-func (t *Transport) Subject(topic string) string { return subjectOf(t.cfg.SubjectPrefix, topic) }
-
-// ConsumerName returns the name of topic's durable consumer, which is also
-// the queue group of its subscriptions: DurablePrefix, _, the topic with
-// every byte other than a letter, a digit, - or _ written as _ (cut to 96
-// bytes), _, and 12 hex digits of the topic's SHA-256.
-func (t *Transport) ConsumerName(topic string) string {
-	return consumerNameOf(t.cfg.DurablePrefix, topic)
-}
-
 // BusConfig returns cfg with the transport's publishers and subscribers
-// and its node id set, ready for bus.New.
+// and its node id set, ready for bus.New. The publisher stores each
+// message in the stream before Publish returns, or fails within
+// RequestTimeout; it does not consult the message's context. The command
+// subscriber acks a command once the bus acks it, and the ack waits for
+// the server's confirmation. The reply subscriber reads from a consumer
+// that only this node uses.
 func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
 	return transport.BusConfig(cfg, t.publisher, t.commands, t.replies, t.cfg.NodeID)
 }

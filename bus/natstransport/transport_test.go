@@ -81,7 +81,7 @@ func TestStreamAndConsumersCreatedConcurrently(t *testing.T) {
 	for i, tr := range trs {
 		wg.Go(func() {
 			for _, topic := range []string{"t1", "t2", "t3"} {
-				ch, err := tr.Subscriber().Subscribe(ctx, topic)
+				ch, err := tr.BusConfig(bus.Config{}).Subscriber.Subscribe(ctx, topic)
 				if err != nil {
 					t.Errorf("Subscribe %s: %v", topic, err)
 					return
@@ -96,7 +96,7 @@ func TestStreamAndConsumersCreatedConcurrently(t *testing.T) {
 	require.False(t, t.Failed())
 	// One consumer for t1 that the eight subscriptions share.
 	for range 3 * n {
-		require.NoError(t, trs[0].Publisher().Publish("t1", message.NewMessage(uuid.NewString(), []byte("{}"))))
+		require.NoError(t, trs[0].BusConfig(bus.Config{}).Publisher.Publish("t1", message.NewMessage(uuid.NewString(), []byte("{}"))))
 	}
 	got := make(chan struct{}, 3*n)
 	for _, ch := range chans {
@@ -131,9 +131,9 @@ func TestClosedTransport(t *testing.T) {
 		return err
 	}
 	for what, err := range map[string]error{
-		"Publish":                   tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)),
-		"Subscribe":                 subscribe(tr.Subscriber()),
-		"ReplySubscriber.Subscribe": subscribe(tr.ReplySubscriber()),
+		"Publish":                   tr.BusConfig(bus.Config{}).Publisher.Publish("t", message.NewMessage(uuid.NewString(), nil)),
+		"Subscribe":                 subscribe(tr.BusConfig(bus.Config{}).Subscriber),
+		"ReplySubscriber.Subscribe": subscribe(tr.BusConfig(bus.Config{}).ReplySubscriber),
 	} {
 		require.ErrorIs(t, err, bus.ErrClosed, what)
 	}
@@ -141,14 +141,14 @@ func TestClosedTransport(t *testing.T) {
 	tr2, err := natstransport.New(context.Background(), srv.URL(), natstransport.Config{NodeID: "m"})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tr2.Close()) })
-	require.ErrorIs(t, tr2.Publisher().Publish("", message.NewMessage(uuid.NewString(), nil)), bus.ErrInvalidTopic)
-	_, err = tr2.Subscriber().Subscribe(context.Background(), "")
+	require.ErrorIs(t, tr2.BusConfig(bus.Config{}).Publisher.Publish("", message.NewMessage(uuid.NewString(), nil)), bus.ErrInvalidTopic)
+	_, err = tr2.BusConfig(bus.Config{}).Subscriber.Subscribe(context.Background(), "")
 	require.ErrorIs(t, err, bus.ErrInvalidTopic)
 	// Metadata a NATS header would not carry unchanged is refused.
 	for k, v := range map[string]string{"a b": "x", "k": "line\nbreak", "Nats-Msg-Id": "x", "j": " leading"} {
 		msg := message.NewMessage(uuid.NewString(), nil)
 		msg.Metadata.Set(k, v)
-		require.ErrorIs(t, tr2.Publisher().Publish("t", msg), natstransport.ErrInvalidMetadata, "%q: %q", k, v)
+		require.ErrorIs(t, tr2.BusConfig(bus.Config{}).Publisher.Publish("t", msg), natstransport.ErrInvalidMetadata, "%q: %q", k, v)
 	}
 }
 
@@ -167,12 +167,12 @@ func TestTopicsNATSDisallows(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, topic := range topics {
-		require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage(uuid.NewString(), []byte(topic))), topic)
+		require.NoError(t, tr.BusConfig(bus.Config{}).Publisher.Publish(topic, message.NewMessage(uuid.NewString(), []byte(topic))), topic)
 	}
 	// Each topic's subscription gets the message published to it, and
 	// only that one.
 	for _, topic := range topics {
-		ch, err := tr.Subscriber().Subscribe(ctx, topic)
+		ch, err := tr.BusConfig(bus.Config{}).Subscriber.Subscribe(ctx, topic)
 		require.NoError(t, err, topic)
 		timeout := time.NewTimer(20 * time.Second)
 		select {
@@ -205,7 +205,7 @@ func TestUndecodableHeadersTerminated(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := nc.JetStream()
 	require.NoError(t, err)
-	raw := nats.NewMsg(n.tr.Subject(topic))
+	raw := nats.NewMsg(natstransport.Subject(n.tr, topic))
 	raw.Header.Add("name", "natstransport_test.Echo")
 	raw.Header.Add("name", "twice")
 	raw.Data = []byte(`{"Text":"x"}`)

@@ -13,6 +13,15 @@
 // transaction, never the subscription's, so that its writes commit before
 // the after hooks release its claims.
 //
+// While the database cannot be reached, Publish fails with an error
+// matching middleware.ErrUnavailable (so a Dispatch does too), whose
+// rejection says to try again. When the LISTEN connection drops (or, with
+// DisableNotify, when a reply subscription's query fails for want of a
+// connection), every Dispatch of the buses on this transport that waits
+// for a reply fails at once with an error matching
+// middleware.ErrUnavailable and bus.ErrOutcomeUnknown, instead of waiting
+// until its deadline for a reply that a crashed server may have lost.
+//
 // docs/bus.md#bussqltransport describes delivery, latency, handlers and
 // outages.
 package sqltransport

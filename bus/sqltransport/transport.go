@@ -94,32 +94,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error
 	return t, nil
 }
 
-// Publisher publishes commands and replies: an INSERT into the topic's
-// table (created on first use) that commits on its own, with the
-// message's context. While the database cannot be reached, Publish fails
-// with an error matching middleware.ErrUnavailable (so a Dispatch does
-// too), whose rejection says to try again.
-func (t *Transport) Publisher() message.Publisher { return t.publisher }
-
-// Subscriber receives commands. Every node's subscriber of a topic takes
-// messages from the same table, each message to one of them: the nodes
-// form one consumer group. A subscription hands over one message at a
-// time and waits for its ack.
-func (t *Transport) Subscriber() message.Subscriber { return t.commands }
-
-// ReplySubscriber receives this node's replies; it polls every
-// ReplyPollInterval when no notification wakes it. It is a
-// bus.LossNotifier: when the LISTEN connection drops (or, with
-// DisableNotify, when a subscription's query fails for want of a
-// connection), every Dispatch of the buses on this transport that waits
-// for a reply then fails at once with an error matching
-// middleware.ErrUnavailable and bus.ErrOutcomeUnknown, instead of waiting
-// until its deadline for a reply that a crashed server may have lost (see
-// bus.LossNotifier and docs/RELIABILITY.md).
-func (t *Transport) ReplySubscriber() message.Subscriber { return t.replies }
-
 // BusConfig returns cfg with the transport's publishers and subscribers
-// and its node id set, ready for bus.New.
+// and its node id set, ready for bus.New. The publisher INSERTs into the
+// topic's table (created on first use), committing on its own, with the
+// message's context. The command subscriber hands over one message at a
+// time and waits for its ack. The reply subscriber polls every
+// ReplyPollInterval when no notification wakes it, and is a
+// bus.LossNotifier (see the package doc).
 func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
 	return transport.BusConfig(cfg, t.publisher, t.commands, t.replies, t.cfg.NodeID)
 }

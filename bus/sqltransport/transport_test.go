@@ -68,7 +68,7 @@ func TestSchemaInitConcurrent(t *testing.T) {
 		t.Cleanup(func() { require.NoError(t, tr.Close()) })
 		wg.Go(func() {
 			for _, topic := range []string{"t1", "t2", "t3"} {
-				if err := tr.Publisher().Publish(topic, message.NewMessage(uuid.NewString(), []byte("{}"))); err != nil {
+				if err := tr.BusConfig(bus.Config{}).Publisher.Publish(topic, message.NewMessage(uuid.NewString(), []byte("{}"))); err != nil {
 					t.Errorf("publish: %v", err)
 				}
 			}
@@ -139,15 +139,15 @@ func TestClosedTransport(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tr.Close())
 	require.NoError(t, tr.Close(), "Close is idempotent")
-	require.ErrorIs(t, tr.Publisher().Publish("t", message.NewMessage(uuid.NewString(), nil)), bus.ErrClosed)
-	_, err = tr.Subscriber().Subscribe(context.Background(), "t")
+	require.ErrorIs(t, tr.BusConfig(bus.Config{}).Publisher.Publish("t", message.NewMessage(uuid.NewString(), nil)), bus.ErrClosed)
+	_, err = tr.BusConfig(bus.Config{}).Subscriber.Subscribe(context.Background(), "t")
 	require.ErrorIs(t, err, bus.ErrClosed)
 	require.ErrorIs(t, err, bus.ErrClosed, "one meaning, one sentinel")
 	// An invalid topic is refused before any SQL.
 	tr2, err := sqltransport.New(context.Background(), pool, sqltransport.Config{NodeID: "m", DisableNotify: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tr2.Close()) })
-	err = tr2.Publisher().Publish(`bad"topic`, message.NewMessage(uuid.NewString(), nil))
+	err = tr2.BusConfig(bus.Config{}).Publisher.Publish(`bad"topic`, message.NewMessage(uuid.NewString(), nil))
 	require.ErrorIs(t, err, bus.ErrInvalidTopic)
 	require.ErrorIs(t, err, bus.ErrInvalidTopic)
 }
@@ -163,12 +163,12 @@ func TestLongTopics(t *testing.T) {
 	topics := []string{long + ".One", long + ".Two"}
 	for _, topic := range topics {
 		msg := message.NewMessage(uuid.NewString(), []byte(topic))
-		require.NoError(t, tr.Publisher().Publish(topic, msg))
+		require.NoError(t, tr.BusConfig(bus.Config{}).Publisher.Publish(topic, msg))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, topic := range topics {
-		ch, err := tr.Subscriber().Subscribe(ctx, topic)
+		ch, err := tr.BusConfig(bus.Config{}).Subscriber.Subscribe(ctx, topic)
 		require.NoError(t, err)
 		select {
 		case msg := <-ch:

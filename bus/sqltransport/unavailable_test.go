@@ -35,7 +35,7 @@ func TestPublishUnavailable(t *testing.T) {
 	require.NoError(t, cluster.Stop(ctx))
 	// A topic whose table exists, and one whose table would be created.
 	for _, topic := range []string{"command.sqltransport_test.Echo", "command.sqltransport_test.New"} {
-		err := n.tr.Publisher().Publish(topic, message.NewMessage(uuid.NewString(), []byte(`{}`)))
+		err := n.tr.BusConfig(bus.Config{}).Publisher.Publish(topic, message.NewMessage(uuid.NewString(), []byte(`{}`)))
 		require.Error(t, err, topic)
 		require.ErrorIs(t, err, middleware.ErrUnavailable, "%s: %v", topic, err)
 		var rej *middleware.Rejection
