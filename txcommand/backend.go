@@ -9,6 +9,7 @@ import (
 
 	"github.com/claimbus/claimbus/claimstore"
 	cspostgres "github.com/claimbus/claimbus/claimstore/postgres"
+	"github.com/claimbus/claimbus/internal/claimtx"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/postgres"
 )
@@ -55,12 +56,13 @@ type writes struct {
 // idempotency is not set). The handler finds the pgx.Tx with
 // postgres.TxFrom.
 func Postgres(locks *postgres.Store, claims *cspostgres.Store) Backend {
-	return pgBackend{locks: locks, claims: claims}
+	return pgBackend{locks: locks, claims: claims, claimsTx: claimtx.PostgresOf(claims)}
 }
 
 type pgBackend struct {
-	locks  *postgres.Store
-	claims *cspostgres.Store
+	locks    *postgres.Store
+	claims   *cspostgres.Store
+	claimsTx claimtx.Postgres
 }
 
 func (b pgBackend) check(needClaims bool) error {
@@ -84,12 +86,12 @@ func checkStores(noLocks, noClaims bool, name string) error {
 func (b pgBackend) begin(ctx context.Context, keys []lockstore.Key, wait time.Duration, r *run) (txn, context.Context, error) {
 	var batch pgx.Batch
 	if r.key != (lockstore.Key{}) {
-		b.claims.QueueOutcome(&batch, r.key, &r.o, &r.found)
+		b.claimsTx.QueueOutcome(&batch, r.key, &r.o, &r.found)
 	}
 	for i := range r.checks {
 		c := &r.checks[i]
 		if c.rule.reserve {
-			b.claims.QueueLookup(&batch, c.key, c.rule.lookup, &c.taken, &c.owner)
+			b.claimsTx.QueueLookup(&batch, c.key, c.rule.lookup, &c.taken, &c.owner)
 			continue
 		}
 		batch.Queue(c.rule.lookup, c.key.ID).Query(func(rows pgx.Rows) (err error) {
@@ -104,7 +106,7 @@ func (b pgBackend) begin(ctx context.Context, keys []lockstore.Key, wait time.Du
 	if err != nil {
 		return nil, nil, err
 	}
-	return pgTxn{t, b.claims}, tctx, nil
+	return pgTxn{t, b.claimsTx}, tctx, nil
 }
 
 func (b pgBackend) reservations() claimstore.Reservations { return b.claims }
@@ -125,7 +127,7 @@ func anyRow(rows pgx.Rows, err error) (bool, error) {
 
 type pgTxn struct {
 	t      *postgres.Txn
-	claims *cspostgres.Store
+	claims claimtx.Postgres
 }
 
 // commit sends w in the round trip of COMMIT.

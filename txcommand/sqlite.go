@@ -9,6 +9,7 @@ import (
 
 	"github.com/claimbus/claimbus/claimstore"
 	cssqlite "github.com/claimbus/claimbus/claimstore/sqlite"
+	"github.com/claimbus/claimbus/internal/claimtx"
 	"github.com/claimbus/claimbus/lockstore"
 	locksqlite "github.com/claimbus/claimbus/lockstore/sqlite"
 )
@@ -19,12 +20,13 @@ import (
 // same file (nil when no rule reserves and idempotency is not set). The
 // handler finds the *sql.Tx with lockstore/sqlite.TxFrom.
 func SQLite(locks *locksqlite.Store, claims *cssqlite.Store) Backend {
-	return sqliteBackend{locks: locks, claims: claims}
+	return sqliteBackend{locks: locks, claims: claims, claimsTx: claimtx.SQLiteOf(claims)}
 }
 
 type sqliteBackend struct {
-	locks  *locksqlite.Store
-	claims *cssqlite.Store
+	locks    *locksqlite.Store
+	claims   *cssqlite.Store
+	claimsTx claimtx.SQLite
 }
 
 func (b sqliteBackend) check(needClaims bool) error {
@@ -41,20 +43,20 @@ func (b sqliteBackend) begin(ctx context.Context, keys []lockstore.Key, wait tim
 	if err := b.read(tctx, t.Tx(), r); err != nil {
 		return nil, nil, errors.Join(err, t.Rollback())
 	}
-	return sqliteTxn{t, b.claims}, tctx, nil
+	return sqliteTxn{t, b.claimsTx}, tctx, nil
 }
 
 func (b sqliteBackend) read(ctx context.Context, tx *sql.Tx, r *run) error {
 	var err error
 	if r.key != (lockstore.Key{}) {
-		if r.o, r.found, err = b.claims.TxOutcome(ctx, tx, r.key); err != nil {
+		if r.o, r.found, err = b.claimsTx.Outcome(ctx, tx, r.key); err != nil {
 			return err
 		}
 	}
 	for i := range r.checks {
 		c := &r.checks[i]
 		if c.rule.reserve {
-			c.taken, c.owner, err = b.claims.TxLookup(ctx, tx, c.key, c.rule.lookup)
+			c.taken, c.owner, err = b.claimsTx.Lookup(ctx, tx, c.key, c.rule.lookup)
 		} else {
 			c.taken, err = exists(ctx, tx, c.rule.lookup, c.key.ID)
 		}
@@ -85,7 +87,7 @@ func (b sqliteBackend) shown(ctx context.Context, lookup, id string) (bool, erro
 
 type sqliteTxn struct {
 	t      *locksqlite.Txn
-	claims *cssqlite.Store
+	claims claimtx.SQLite
 }
 
 // commit runs w's statements, then COMMIT. A failed COMMIT on a local
@@ -108,12 +110,12 @@ func (t sqliteTxn) write(ctx context.Context, w writes) error {
 		}
 	}
 	for _, k := range w.reserve {
-		if err := t.claims.TxReserve(ctx, tx, k, w.owner); err != nil {
+		if err := t.claims.Reserve(ctx, tx, k, w.owner); err != nil {
 			return err
 		}
 	}
 	if w.key != (lockstore.Key{}) {
-		return t.claims.TxSaveOutcome(ctx, tx, w.key, w.outcome, w.retention)
+		return t.claims.SaveOutcome(ctx, tx, w.key, w.outcome, w.retention)
 	}
 	return nil
 }

@@ -8,18 +8,18 @@ import (
 
 	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/claimstore/internal/claimcheck"
+	"github.com/claimbus/claimbus/internal/claimtx"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// The Queue methods put the store's statements on a pgx.Batch that the
-// caller sends in its own transaction (see lockstore/postgres.Begin), so
-// that reservations and outcomes commit with the caller's writes, in the
-// round trips it makes anyway. Their callbacks run when the batch's
-// results are read.
+func init() {
+	claimtx.PostgresOf = func(store any) claimtx.Postgres { return batchStatements{store.(*Store)} }
+}
 
-// QueueOutcome queues the read of key's outcome whose retention has not
-// passed into o, setting found when there is one.
-func (s *Store) QueueOutcome(b *pgx.Batch, key lockstore.Key, o *claimstore.Outcome, found *bool) {
+// batchStatements are the claimtx.Postgres statements of a Store.
+type batchStatements struct{ *Store }
+
+func (s batchStatements) QueueOutcome(b *pgx.Batch, key lockstore.Key, o *claimstore.Outcome, found *bool) {
 	b.Queue(`SELECT fingerprint, result, err FROM `+s.outcomes+`
 		WHERE namespace = $1 AND id = $2 AND expires > now()`, key.Namespace, key.ID).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&o.Fingerprint, &o.Result, &o.Err)
@@ -31,9 +31,7 @@ func (s *Store) QueueOutcome(b *pgx.Batch, key lockstore.Key, o *claimstore.Outc
 	})
 }
 
-// QueueSaveOutcome queues the write of o under key for retention,
-// replacing any outcome stored there.
-func (s *Store) QueueSaveOutcome(b *pgx.Batch, key lockstore.Key, o claimstore.Outcome, retention time.Duration) {
+func (s batchStatements) QueueSaveOutcome(b *pgx.Batch, key lockstore.Key, o claimstore.Outcome, retention time.Duration) {
 	b.Queue(`INSERT INTO `+s.outcomes+` AS t (namespace, id, fingerprint, result, err, expires)
 		VALUES ($1, $2, $3, $4, $5, now() + interval '1 microsecond' * $6::int8)
 		ON CONFLICT (namespace, id) DO UPDATE SET fingerprint = excluded.fingerprint, result = excluded.result,
@@ -41,10 +39,7 @@ func (s *Store) QueueSaveOutcome(b *pgx.Batch, key lockstore.Key, o claimstore.O
 		key.Namespace, key.ID, o.Fingerprint, o.Result, o.Err, claimcheck.Micros(retention))
 }
 
-// QueueLookup queues, as one statement, lookup (SQL given key.ID as $1,
-// returning a row when the value is taken) into taken and the read of the
-// owner of key's reservation into owner, left empty when it has none.
-func (s *Store) QueueLookup(b *pgx.Batch, key lockstore.Key, lookup string, taken *bool, owner *string) {
+func (s batchStatements) QueueLookup(b *pgx.Batch, key lockstore.Key, lookup string, taken *bool, owner *string) {
 	b.Queue(`SELECT EXISTS (`+lookup+`), (SELECT owner FROM `+s.reservations+` WHERE namespace = $2 AND id = $1)`,
 		key.ID, key.Namespace).QueryRow(func(row pgx.Row) error {
 		var o *string
@@ -58,10 +53,7 @@ func (s *Store) QueueLookup(b *pgx.Batch, key lockstore.Key, lookup string, take
 	})
 }
 
-// QueueReserve queues the insert of owner's confirmed reservation of key.
-// The table's primary key is the guarantee: when the value is reserved
-// already, the statement fails and so does the transaction.
-func (s *Store) QueueReserve(b *pgx.Batch, key lockstore.Key, owner string) {
+func (s batchStatements) QueueReserve(b *pgx.Batch, key lockstore.Key, owner string) {
 	b.Queue(`INSERT INTO `+s.reservations+` (namespace, id, owner, confirmed, at) VALUES ($1, $2, $3, true, now())`,
 		key.Namespace, key.ID, owner)
 }
