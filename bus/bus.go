@@ -181,15 +181,6 @@ func (b *Bus) checkCommandTypes() error {
 	return nil
 }
 
-// Run starts the bus, blocks until ctx ends, then closes the bus.
-func (b *Bus) Run(ctx context.Context) error {
-	if err := b.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return b.Close()
-}
-
 // Close stops the bus and waits for every goroutine it started. In order:
 // Dispatch and Send fail with ErrClosed from now on; command subscriptions
 // stop taking messages; running handlers finish, reply and ack (after

@@ -28,10 +28,6 @@ const (
 	defaultCloseTimeout = 30 * time.Second
 )
 
-// SendFunc is told about a command message before it is sent (see
-// Config.OnSend).
-type SendFunc func(ctx context.Context, msg *message.Message)
-
 // DefaultCommandTopic is the default Config.CommandTopic: "command." and
 // the command's name.
 func DefaultCommandTopic(commandName string) string { return "command." + commandName }
@@ -40,15 +36,13 @@ func DefaultCommandTopic(commandName string) string { return "command." + comman
 // node id.
 func defaultReplyTopic(nodeID string) string { return "reply." + nodeID }
 
-// typeNames caches DefaultName per dynamic type.
+// typeNames caches defaultName per dynamic type.
 var typeNames sync.Map // reflect.Type → string
 
-// DefaultName is the name function of the default marshaler: the command's
+// defaultName is the name function of the default marshaler: the command's
 // package name and type name, such as "commands.CreateStaff", for a value
-// or a pointer alike (cqrs.FullyQualifiedStructName, cached per type). A
-// middleware registry of command types agrees with the bus when it names
-// commands with this function, or with Bus.CommandName.
-func DefaultName(cmd any) string {
+// or a pointer alike (cqrs.FullyQualifiedStructName, cached per type).
+func defaultName(cmd any) string {
 	t := reflect.TypeOf(cmd)
 	if n, ok := typeNames.Load(t); ok {
 		return n.(string)
@@ -59,9 +53,9 @@ func DefaultName(cmd any) string {
 }
 
 // defaultMarshaler returns the marshaler a bus uses when Config.Marshaler
-// is nil: JSON payloads, names from DefaultName, UUID message ids.
+// is nil: JSON payloads, names from defaultName, UUID message ids.
 func defaultMarshaler() cqrs.CommandEventMarshaler {
-	return cqrs.JSONMarshaler{GenerateName: DefaultName, NewUUID: newUUID}
+	return cqrs.JSONMarshaler{GenerateName: defaultName, NewUUID: newUUID}
 }
 
 // Config configures a Bus. The zero Config is a working in-process bus.
@@ -90,9 +84,11 @@ type Config struct {
 	ReplyPublisher  message.Publisher
 	ReplySubscriber message.Subscriber
 
-	// Marshaler encodes commands and names them. Default: JSON payloads, names from
-	// DefaultName, UUID message ids.
-	// The name of a command (Marshaler.Name) selects its handler and topic.
+	// Marshaler encodes commands and names them; the name of a command
+	// (Marshaler.Name, or Bus.CommandName) selects its handler and topic.
+	// Default: JSON payloads, UUID message ids, and names made of the
+	// command's package and type name, such as "commands.CreateStaff",
+	// for a value or a pointer alike (cqrs.FullyQualifiedStructName).
 	Marshaler cqrs.CommandEventMarshaler
 
 	// Middleware runs around every command this bus handles, in this order,
@@ -147,7 +143,7 @@ type Config struct {
 	// or published, with the sender's ctx; it may add metadata, such as the
 	// trace context of ctx (telemetry.Telemetry.OnSend). It must not keep
 	// msg. Default nil.
-	OnSend SendFunc
+	OnSend func(ctx context.Context, msg *message.Message)
 
 	// Logger logs what the bus cannot return to a caller (a reply that
 	// cannot be published, a dropped message). Default: slog.Default()

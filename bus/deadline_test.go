@@ -24,7 +24,7 @@ func (p slowPublisher) Publish(_ string, msgs ...*message.Message) error {
 }
 
 // A deadline that passes while the command is being published is a
-// timeout too: a *TimeoutError matching middleware.ErrTimeout, naming the
+// timeout too: an error matching middleware.ErrTimeout, naming the
 // command, with nothing left pending.
 func TestDeadlineDuringPublishIsATimeout(t *testing.T) {
 	t.Parallel()
@@ -35,8 +35,6 @@ func TestDeadlineDuringPublishIsATimeout(t *testing.T) {
 	_, err := bus.Dispatch[string](ctx, b, &Echo{Text: "x"})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, middleware.ErrTimeout)
-	var te *bus.TimeoutError
-	require.ErrorAs(t, err, &te)
-	require.ErrorContains(t, err, te.CommandID)
+	require.Regexp(t, `no reply to command bus_test.Echo \(id [0-9a-f-]{36}\)`, err.Error())
 	require.Zero(t, b.Pending())
 }

@@ -24,8 +24,8 @@ import (
 // keeps the correlation id and is caused by the command being handled.
 // Otherwise it starts a correlation of its own.
 //
-// When ctx ends first, Dispatch returns a *TimeoutError naming the command
-// id, matching ctx's error and middleware.ErrTimeout, and leaves nothing
+// When ctx ends first, Dispatch returns an error naming the command and
+// its id, matching ctx's error and middleware.ErrTimeout, and leaves nothing
 // pending: a late reply is dropped. A command whose handler has not started
 // by then never starts it: ctx's deadline travels with the command
 // (metadata claimbus_deadline), the middleware's BeforeDispatch hooks get a context

@@ -13,7 +13,7 @@
 // a halted command; a rejection stays a *middleware.Rejection across nodes,
 // so errors.Is works on the sender's side. A handler error or a rejection
 // is an answer: the command is acked, not redelivered. A Dispatch whose ctx
-// ends returns a *TimeoutError, and its deadline travels with the command,
+// ends returns an error matching middleware.ErrTimeout, and its deadline travels with the command,
 // so a handler never starts past it.
 //
 // With no Publisher the bus runs in process, on its own workers; with a

@@ -50,29 +50,21 @@ var (
 var errLostInFlight = &middleware.Rejection{Code: middleware.CodeUnavailable,
 	Message: "the command queue lost its connection while this command was in flight: it may or may not be applied, try again"}
 
-// TimeoutError is returned by a Dispatch whose ctx ended before the reply
-// came. The command may still be handled; its reply, if any, is dropped.
-//
-// errors.Is matches it with the context's error (context.DeadlineExceeded
-// or context.Canceled) and with middleware.ErrTimeout.
-type TimeoutError struct {
-	// CommandID is the command's UUID, which is also its operation id.
-	CommandID string
-	// CommandName is the command's name on the wire.
-	CommandName string
-	// Err is the context's error.
-	Err error
+// timeoutErr is the error of a Dispatch whose ctx ended before the reply
+// came: it names the command and its id, and matches the context's error
+// and middleware.ErrTimeout.
+type timeoutErr struct {
+	id, name string
+	err      error
 }
 
-// Error names the command and its id.
-func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("bus: no reply to command %s (id %s): %v", e.CommandName, e.CommandID, e.Err)
+func (e *timeoutErr) Error() string {
+	return fmt.Sprintf("bus: no reply to command %s (id %s): %v", e.name, e.id, e.err)
 }
 
-// Unwrap returns the context's error and middleware.ErrTimeout.
-func (e *TimeoutError) Unwrap() []error { return []error{e.Err, middleware.ErrTimeout} }
+func (e *timeoutErr) Unwrap() []error { return []error{e.err, middleware.ErrTimeout} }
 
 // timeoutError returns the error of a Dispatch whose ctx ended.
 func timeoutError(ctx context.Context, id, name string) error {
-	return &TimeoutError{CommandID: id, CommandName: name, Err: ctx.Err()}
+	return &timeoutErr{id: id, name: name, err: ctx.Err()}
 }

@@ -70,24 +70,6 @@ func TestNoHandlerInProcess(t *testing.T) {
 	require.ErrorIs(t, b.Send(context.Background(), &Orphan{}), bus.ErrNoHandler)
 }
 
-func TestRun(t *testing.T) {
-	t.Parallel()
-	b, err := bus.New(bus.Config{})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(b, func(_ context.Context, c *Echo) (string, error) { return c.Text, nil }))
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error)
-	go func() { ran <- b.Run(ctx) }()
-	eventually(t, func() bool {
-		_, err := bus.Dispatch[string](context.Background(), b, &Echo{})
-		return err == nil
-	}, "the bus to run")
-	cancel()
-	require.NoError(t, <-ran)
-	_, err = bus.Dispatch[string](context.Background(), b, &Echo{})
-	require.ErrorIs(t, err, bus.ErrClosed)
-}
-
 // HandlerConcurrency bounds the handlers running at once; a Send waits for
 // a free slot until its ctx ends.
 func TestHandlerConcurrencyBound(t *testing.T) {

@@ -122,7 +122,7 @@ func pay(t *testing.T, b *bus.Bus, c Pay) (Receipt, error) {
 
 // payKeyOf is the lock and outcome key of a Pay with key id.
 func payKeyOf(id string) lockstore.Key {
-	return lockstore.Key{Namespace: idempotency.DefaultNamespace + "." + bus.DefaultName(&Pay{}), ID: id}
+	return lockstore.Key{Namespace: idempotency.DefaultNamespace + ".idempotency_test.Pay", ID: id}
 }
 
 // transports are the ways the round-trip tests run a bus.

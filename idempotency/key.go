@@ -22,7 +22,7 @@ func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
 }
 
-// OnSend is a bus.SendFunc (bus.Config.OnSend): it writes the idempotency
+// OnSend fits bus.Config.OnSend: it writes the idempotency
 // key ctx carries (WithKey), if any, into msg's metadata.
 func OnSend(ctx context.Context, msg *message.Message) {
 	key, _ := ctx.Value(keyCtx{}).(string)

@@ -102,7 +102,7 @@ func (t *Telemetry) Close() error {
 }
 
 // OnSend writes the trace context of ctx into msg's metadata, with the
-// configured propagator. It is a bus.SendFunc (bus.Config.OnSend); call it
+// configured propagator. It fits bus.Config.OnSend; call it
 // on any command message to carry a trace across a transport.
 func (t *Telemetry) OnSend(ctx context.Context, msg *message.Message) {
 	if msg.Metadata == nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // The commands of the suite. Their names on the wire are "bustest." and
-// the type's name (bus.DefaultName), such as "bustest.echo".
+// the type's name (the bus's default marshaler), such as "bustest.echo".
 type (
 	echo       struct{ Text string }
 	echoResult struct{ Text string }
