@@ -1,16 +1,10 @@
 package lockstore
 
-import "context"
+import (
+	"context"
 
-type tokenKey struct{}
-
-// ContextWithToken returns a ctx carrying token as the fencing token of the
-// innermost lock the code running with it holds. Backends call it for the
-// fn of a critical section (Serialize, Exclusive); application code reads
-// it with TokenFrom.
-func ContextWithToken(ctx context.Context, token int64) context.Context {
-	return context.WithValue(ctx, tokenKey{}, token)
-}
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+)
 
 // TokenFrom returns the fencing token of the innermost lock the code
 // running with ctx holds (a backend's Serialize or Exclusive), and false
@@ -23,6 +17,5 @@ func ContextWithToken(ctx context.Context, token int64) context.Context {
 //
 // which changes no row once a later holder has written.
 func TokenFrom(ctx context.Context) (int64, bool) {
-	t, ok := ctx.Value(tokenKey{}).(int64)
-	return t, ok
+	return effects.Token(ctx)
 }

@@ -45,7 +45,8 @@ type TxLocker[Tx, Q any] interface {
 	// WithTx returns a ctx that carries tx, a transaction the caller opened
 	// on the store's database and will end: Serialize and Exclusive with
 	// that ctx run inside tx, as nested calls do, and leave the commit to
-	// the caller. AfterCommit inside the ctx registers into effects, which
-	// the caller runs after tx commits, and drops on rollback.
-	WithTx(ctx context.Context, tx Tx) (_ context.Context, effects *Effects)
+	// the caller. AfterCommit inside the ctx registers into the caller's
+	// transaction: the caller calls afterCommit after tx commits, which
+	// runs them, and does not call it on rollback.
+	WithTx(ctx context.Context, tx Tx) (_ context.Context, afterCommit func())
 }

@@ -155,8 +155,8 @@ func testTxWithTx[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 		row, xrow := b.row(fmt.Sprint("serialize commit=", commit)), b.row(fmt.Sprint("exclusive commit=", commit))
 		tx, err := b.s.Begin(b.ctx)
 		require.NoError(b.t, err)
-		tctx, effects := b.l.WithTx(b.ctx, tx)
-		require.NotNil(b.t, effects)
+		tctx, afterCommit := b.l.WithTx(b.ctx, tx)
+		require.NotNil(b.t, afterCommit)
 		var ran atomic.Int32
 		require.NoError(b.t, b.l.Serialize(tctx, b.key(), func(ctx context.Context, got Tx) error {
 			require.True(b.t, any(got) == any(tx), "Serialize runs in the attached transaction") //nolint:testifylint // identity: require.Equal would take a deeply equal other transaction
@@ -178,8 +178,8 @@ func testTxWithTx[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 		require.False(b.t, b.committed(xrow), "Exclusive committed the caller's transaction")
 		if commit {
 			require.NoError(b.t, b.s.Commit(b.ctx, tx))
-			require.Zero(b.t, ran.Load(), "an effect ran before effects.Run")
-			effects.Run()
+			require.Zero(b.t, ran.Load(), "an effect ran before afterCommit")
+			afterCommit()
 			require.EqualValues(b.t, 2, ran.Load())
 		} else {
 			require.NoError(b.t, b.s.Rollback(b.ctx, tx))
@@ -194,7 +194,7 @@ func testTxWithTxNestedError[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	boom := errors.New("boom")
 	tx, err := b.s.Begin(b.ctx)
 	require.NoError(b.t, err)
-	tctx, effects := b.l.WithTx(b.ctx, tx)
+	tctx, afterCommit := b.l.WithTx(b.ctx, tx)
 	err = b.l.Serialize(tctx, b.key(), func(ctx context.Context, tx Tx) error {
 		b.write(ctx, tx, inner)
 		lockstore.AfterCommit(ctx, func() { b.t.Error("an effect of the failed call ran") })
@@ -203,7 +203,7 @@ func testTxWithTxNestedError[Tx comparable, Q any](b *txBundle[Tx, Q]) {
 	require.Same(b.t, boom, err)
 	b.write(b.ctx, tx, outerRow)
 	require.NoError(b.t, b.s.Commit(b.ctx, tx))
-	effects.Run()
+	afterCommit()
 	require.True(b.t, b.committed(outerRow), "the caller's transaction stayed usable")
 	require.False(b.t, b.committed(inner))
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/claimbus/claimbus/lockstore"
@@ -26,7 +28,7 @@ func runExclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn fu
 		})
 	}
 	if xs := exclusiveHolding(ctx, s, id); xs != nil {
-		return fn(lockstore.ContextWithToken(ctx, xs.token), xs.conn)
+		return fn(effects.WithToken(ctx, xs.token), xs.conn)
 	}
 
 	h, fctx, err := s.beginExclusive(ctx, key, id)
@@ -104,7 +106,7 @@ func (s *Store) beginExclusive(ctx context.Context, key lockstore.Key, id LockID
 	if err := s.calls.watch(s, h); err != nil {
 		return fail(err)
 	}
-	fctx := lockstore.ContextWithToken(c.ctx, token)
+	fctx := effects.WithToken(c.ctx, token)
 	return h, withExclusiveScope(fctx, &exclusiveScope{store: s, id: id, token: token, conn: conn}), nil
 }
 

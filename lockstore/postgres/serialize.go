@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -72,7 +74,7 @@ type serialTxn struct {
 	xs      *exclusiveScope // Exclusive's connection in use, or nil
 	conn    *pgx.Conn
 	tx      pgx.Tx
-	effects *lockstore.Effects
+	effects *effects.Scope
 	ended   bool
 }
 
@@ -131,9 +133,9 @@ func (s *Store) beginSerial(ctx context.Context, key lockstore.Key, id LockID) (
 	if err != nil {
 		return fail("take the lock: ", err)
 	}
-	fctx, effects := lockstore.NewEffects(c.ctx)
-	st.effects = effects
-	fctx = lockstore.ContextWithToken(fctx, token)
+	var fctx context.Context
+	fctx, st.effects = effects.New(c.ctx)
+	fctx = effects.WithToken(fctx, token)
 	sc := &txScope{Store: s, Tx: st.tx}
 	sc.Held.Init(id, token)
 	fctx = txnest.WithScope(fctx, sc)

@@ -88,7 +88,7 @@ func ExampleStore_WithTx() {
 			return err
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		tctx, effects := store.WithTx(ctx, tx)
+		tctx, afterCommit := store.WithTx(ctx, tx)
 		err = store.Serialize(tctx, lockstore.Key{Namespace: "lobby", ID: "lobby-42"},
 			func(ctx context.Context, tx pgx.Tx) error {
 				lockstore.AfterCommit(ctx, func() { fmt.Println("committed") })
@@ -101,7 +101,7 @@ func ExampleStore_WithTx() {
 		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
-		effects.Run() // the effects of the caller's transaction are the caller's to run
+		afterCommit() // the effects of the caller's transaction are the caller's to run
 		return nil
 	})
 	if err != nil {

@@ -286,7 +286,7 @@ func TestSerializeNesting(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		pid := tx.Conn().PgConn().PID()
-		tctx, effects := s.WithTx(ctx, tx)
+		tctx, afterCommit := s.WithTx(ctx, tx)
 		ran := false
 		got, err := runSerialize(tctx, s, k1, func(ctx context.Context, inner pgx.Tx) (string, error) {
 			require.Same(t, tx, inner)
@@ -316,7 +316,7 @@ func TestSerializeNesting(t *testing.T) {
 		require.False(t, ran, "an effect ran before the caller's commit")
 		require.NoError(t, tx.Commit(ctx))
 		require.False(t, ran, "effects are the caller's to run")
-		effects.Run()
+		afterCommit()
 		require.True(t, ran)
 		require.NoError(t, <-done)
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/claimbus/claimbus/lockstore"
@@ -150,7 +152,8 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 }
 
 // WithTx returns a ctx that carries tx, a transaction the caller opened and
-// will end, and the effects registered in it with lockstore.AfterCommit.
+// will end, and afterCommit, which runs the effects registered in it with
+// lockstore.AfterCommit.
 //
 // Serialize and Exclusive called with the returned ctx (on any Store of
 // tx's database) run inside tx, as nested calls do
@@ -162,28 +165,27 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 // stores lock on.
 //
 // The effects belong to the caller's transaction: lockstore.AfterCommit
-// inside the returned ctx registers into effects instead of running at
-// once, so nothing runs before the caller's commit. Call effects.Run after
-// tx commits; on rollback drop it. Effects never run are lost, never run
-// early.
+// inside the returned ctx registers them instead of running them at once,
+// so nothing runs before the caller's commit. Call afterCommit after tx
+// commits, not on rollback. Effects never run are lost, never run early.
 //
 //	tx, err := pool.Begin(ctx)
 //	if err != nil {
 //		return err
 //	}
 //	defer tx.Rollback(ctx)
-//	ctx, effects := store.WithTx(ctx, tx)
+//	ctx, afterCommit := store.WithTx(ctx, tx)
 //	if err := store.Serialize(ctx, key, work); err != nil {
 //		return err
 //	}
 //	if err := tx.Commit(ctx); err != nil {
 //		return err
 //	}
-//	effects.Run()
+//	afterCommit()
 //
 // Any Store of tx's database joins tx, not only s: it is the method of
 // lockstore.TxLocker.
-func (s *Store) WithTx(ctx context.Context, tx pgx.Tx) (context.Context, *lockstore.Effects) {
-	ctx, effects := lockstore.NewEffects(ctx)
-	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
+func (s *Store) WithTx(ctx context.Context, tx pgx.Tx) (context.Context, func()) {
+	ctx, scope := effects.New(ctx)
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), scope.Run
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,7 +32,7 @@ type Txn struct {
 	pooled  *pgxpool.Conn
 	conn    *pgx.Conn
 	tx      pgx.Tx
-	effects *lockstore.Effects
+	effects *effects.Scope
 	ended   bool
 }
 
@@ -94,8 +96,8 @@ func Begin(ctx context.Context, s *Store, keys []lockstore.Key, wait time.Durati
 		c.end()
 		return nil, nil, fmt.Errorf("postgres: Begin: %w", c.stopCause(err))
 	}
-	fctx, effects := lockstore.NewEffects(c.ctx)
-	t.effects = effects
+	var fctx context.Context
+	fctx, t.effects = effects.New(c.ctx)
 	return t, txnest.WithScope(fctx, &txScope{Store: s, Tx: t.tx}), nil
 }
 

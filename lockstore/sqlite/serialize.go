@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
@@ -51,7 +53,7 @@ type serialTxn struct {
 	key     lockstore.Key
 	lock    lockstore.Lock // nil inside Exclusive on the same key
 	tx      *sql.Tx
-	effects *lockstore.Effects
+	effects *effects.Scope
 	done    bool
 }
 
@@ -96,9 +98,9 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, conte
 		_ = tx.Rollback()
 		return fail(fmt.Errorf("sqlite: Serialize %q: %w", key, err))
 	}
-	fctx, effects := lockstore.NewEffects(ctx)
-	st.effects = effects
-	fctx = lockstore.ContextWithToken(fctx, token)
+	var fctx context.Context
+	fctx, st.effects = effects.New(ctx)
+	fctx = effects.WithToken(fctx, token)
 	sc := &txScope{Store: s, Tx: tx}
 	sc.Held.Init(key, token)
 	return st, txnest.WithScope(fctx, sc), nil
@@ -194,7 +196,7 @@ func runExclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn fu
 		})
 	}
 	if holder := exclusiveHolding(ctx, s, key); holder != nil {
-		return fn(lockstore.ContextWithToken(ctx, holder.token), s.db)
+		return fn(effects.WithToken(ctx, holder.token), s.db)
 	}
 	l, err := s.mem.Lock(ctx, key)
 	if err != nil {
@@ -209,7 +211,7 @@ func runExclusive[T any](ctx context.Context, s *Store, key lockstore.Key, fn fu
 		return zero, fmt.Errorf("sqlite: Exclusive %q: %w", key, err)
 	}
 
-	fctx, cancel := context.WithCancelCause(withExclusiveScope(lockstore.ContextWithToken(ctx, token), s, key, token))
+	fctx, cancel := context.WithCancelCause(withExclusiveScope(effects.WithToken(ctx, token), s, key, token))
 	defer cancel(nil)
 	lostErr := fmt.Errorf("sqlite: Exclusive %q: %w", key, lockstore.ErrLockLost)
 	stop := lockstore.AfterLost(l, func() { cancel(lostErr) })

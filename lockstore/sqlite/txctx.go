@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
@@ -126,8 +128,9 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 }
 
 // WithTx returns a ctx that carries tx, a transaction the caller opened (on
-// the database of the stores it will be used with) and will end, and the
-// effects registered in it with lockstore.AfterCommit.
+// the database of the stores it will be used with) and will end, and
+// afterCommit, which runs the effects registered in it with
+// lockstore.AfterCommit.
 //
 // Serialize and Exclusive called with the returned ctx, on any Store (not
 // only s), run fn on tx at once, in a savepoint, as nested calls do (see
@@ -135,24 +138,24 @@ func (s *Store) Exclusive(ctx context.Context, key lockstore.Key, fn func(ctx co
 // SQLite's write lock, or will take it at its first write; waiting for a
 // key then could deadlock) and leave the commit to the caller.
 //
-// lockstore.AfterCommit inside the returned ctx registers into effects
-// instead of running at once. Call effects.Run after tx commits; on
-// rollback drop it.
+// lockstore.AfterCommit inside the returned ctx registers its effects
+// instead of running them at once. Call afterCommit after tx commits, not
+// on rollback.
 //
 //	tx, err := db.BeginTx(ctx, nil)
 //	if err != nil {
 //		return err
 //	}
 //	defer tx.Rollback()
-//	ctx, effects := store.WithTx(ctx, tx)
+//	ctx, afterCommit := store.WithTx(ctx, tx)
 //	if err := store.Serialize(ctx, key, work); err != nil {
 //		return err
 //	}
 //	if err := tx.Commit(); err != nil {
 //		return err
 //	}
-//	effects.Run()
-func (s *Store) WithTx(ctx context.Context, tx *sql.Tx) (context.Context, *lockstore.Effects) {
-	ctx, effects := lockstore.NewEffects(ctx)
-	return txnest.WithScope(ctx, &txScope{Tx: tx}), effects
+//	afterCommit()
+func (s *Store) WithTx(ctx context.Context, tx *sql.Tx) (context.Context, func()) {
+	ctx, scope := effects.New(ctx)
+	return txnest.WithScope(ctx, &txScope{Tx: tx}), scope.Run
 }

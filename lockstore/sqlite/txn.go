@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
@@ -22,7 +24,7 @@ type Txn struct {
 	locks   []lockstore.Lock
 	gated   bool
 	tx      *sql.Tx
-	effects *lockstore.Effects
+	effects *effects.Scope
 	ended   bool
 }
 
@@ -65,8 +67,8 @@ func Begin(ctx context.Context, s *Store, keys []lockstore.Key, wait time.Durati
 		t.release()
 		return nil, nil, fmt.Errorf("sqlite: Begin: %w", err)
 	}
-	fctx, effects := lockstore.NewEffects(ctx)
-	t.effects = effects
+	var fctx context.Context
+	fctx, t.effects = effects.New(ctx)
 	return t, txnest.WithScope(fctx, &txScope{Store: s, Tx: t.tx}), nil
 }
 

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -95,8 +97,8 @@ func Run[T, Tx any, K comparable](ctx context.Context, n Nested[Tx, K], fn func(
 		n.Held.ForgetSince(mark)
 		return sp.Rollback()
 	}
-	fctx, effects := lockstore.NestEffects(ctx)
-	fctx = lockstore.ContextWithToken(fctx, token)
+	fctx, scope := effects.Nest(ctx)
+	fctx = effects.WithToken(fctx, token)
 	ended := false
 	defer func() {
 		// fn panicked: roll back before the panic goes on.
@@ -119,7 +121,7 @@ func Run[T, Tx any, K comparable](ctx context.Context, n Nested[Tx, K], fn func(
 		}
 		return zero, err
 	}
-	effects.Merge()
+	scope.Merge()
 	return v, nil
 }
 

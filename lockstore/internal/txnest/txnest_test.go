@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/lockstore"
@@ -47,7 +49,7 @@ func TestRunReleasesAndKeepsTheToken(t *testing.T) {
 	var h txnest.Held[string]
 	h.Init("outer", 1)
 	sp := &fakeSavepoint{next: 7}
-	ctx, effects := lockstore.NewEffects(context.Background())
+	ctx, scope := effects.New(context.Background())
 	ran := false
 	v, err := txnest.Run(ctx, nested(&h, "k", sp), func(ctx context.Context, tx string) (string, error) {
 		tok, _ := lockstore.TokenFrom(ctx)
@@ -65,7 +67,7 @@ func TestRunReleasesAndKeepsTheToken(t *testing.T) {
 	require.True(t, ok)
 	require.EqualValues(t, 1, tok)
 	require.False(t, ran, "a merged effect ran before the outermost commit")
-	effects.Run()
+	scope.Run()
 	require.True(t, ran)
 }
 
@@ -78,7 +80,7 @@ func TestRunRollsBackAndForgets(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var h txnest.Held[string]
 			sp := &fakeSavepoint{next: 3}
-			ctx, effects := lockstore.NewEffects(context.Background())
+			ctx, scope := effects.New(context.Background())
 			run := func() (int, error) {
 				return txnest.Run(ctx, nested(&h, "k", sp), func(ctx context.Context, tx string) (int, error) {
 					lockstore.AfterCommit(ctx, func() { t.Error("an effect of a rolled-back savepoint ran") })
@@ -100,7 +102,7 @@ func TestRunRollsBackAndForgets(t *testing.T) {
 			require.False(t, ok, "a rolled-back key is still held")
 			_, ok = h.Token("deep")
 			require.False(t, ok, "a key released into a rolled-back savepoint is still held")
-			effects.Run()
+			scope.Run()
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package lockstore_test
+package effects_test
 
 import (
 	"context"
@@ -7,29 +7,30 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/internal/effects"
 )
 
-func TestNestEffects(t *testing.T) {
+func TestNest(t *testing.T) {
 	t.Parallel()
 	var order []string
 	record := func(s string) func() { return func() { order = append(order, s) } }
 
 	t.Run("merged scopes run with the outermost, in order; dropped ones never", func(t *testing.T) {
 		order = nil
-		ctx, root := lockstore.NewEffects(context.Background())
+		ctx, root := effects.New(context.Background())
 		lockstore.AfterCommit(ctx, record("outer 1"))
 
-		kept, child := lockstore.NestEffects(ctx)
+		kept, child := effects.Nest(ctx)
 		lockstore.AfterCommit(kept, record("kept"))
-		deep, grandchild := lockstore.NestEffects(kept)
+		deep, grandchild := effects.Nest(kept)
 		lockstore.AfterCommit(deep, record("deep, dropped"))
 		_ = grandchild // rolled back to its savepoint: dropped
-		deep2, grandchild2 := lockstore.NestEffects(kept)
+		deep2, grandchild2 := effects.Nest(kept)
 		lockstore.AfterCommit(deep2, record("deep, kept"))
 		grandchild2.Merge()
 		child.Merge()
 
-		dropped, _ := lockstore.NestEffects(ctx)
+		dropped, _ := effects.Nest(ctx)
 		lockstore.AfterCommit(dropped, record("dropped"))
 		lockstore.AfterCommit(ctx, record("outer 2"))
 
@@ -40,8 +41,8 @@ func TestNestEffects(t *testing.T) {
 
 	t.Run("registrations after the merge, from an effect, still run", func(t *testing.T) {
 		order = nil
-		ctx, root := lockstore.NewEffects(context.Background())
-		inner, child := lockstore.NestEffects(ctx)
+		ctx, root := effects.New(context.Background())
+		inner, child := effects.Nest(ctx)
 		lockstore.AfterCommit(inner, func() {
 			order = append(order, "effect")
 			lockstore.AfterCommit(inner, record("registered by the effect"))
@@ -53,7 +54,7 @@ func TestNestEffects(t *testing.T) {
 
 	t.Run("without an enclosing scope, Merge runs at once", func(t *testing.T) {
 		order = nil
-		inner, child := lockstore.NestEffects(context.Background())
+		inner, child := effects.Nest(context.Background())
 		lockstore.AfterCommit(inner, record("nested"))
 		require.Empty(t, order)
 		child.Merge()
@@ -68,8 +69,8 @@ func TestTokenFrom(t *testing.T) {
 	ctx := context.Background()
 	_, ok := lockstore.TokenFrom(ctx)
 	require.False(t, ok)
-	outer := lockstore.ContextWithToken(ctx, 7)
-	inner := lockstore.ContextWithToken(outer, 9)
+	outer := effects.WithToken(ctx, 7)
+	inner := effects.WithToken(outer, 9)
 	got, ok := lockstore.TokenFrom(inner)
 	require.True(t, ok)
 	require.Equal(t, int64(9), got, "the innermost lock's token")
