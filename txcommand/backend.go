@@ -56,13 +56,34 @@ type writes struct {
 // idempotency is not set). The handler finds the pgx.Tx with
 // postgres.TxFrom.
 func Postgres(locks *postgres.Store, claims *cspostgres.Store) Backend {
-	return pgBackend{locks: locks, claims: claims, claimsTx: claimtx.PostgresOf(claims)}
+	return pgBackend{locks: locks, claims: claims, claimsTx: claimtx.PostgresOf(claims).(pgClaims)}
+}
+
+// pgClaims queues a claimstore/postgres Store's statements on a batch that
+// the caller sends in its own transaction. Their callbacks run when the
+// batch's results are read.
+type pgClaims interface {
+	// QueueOutcome queues the read of key's outcome whose retention has
+	// not passed into o, setting found when there is one.
+	QueueOutcome(b *pgx.Batch, key lockstore.Key, o *claimstore.Outcome, found *bool)
+	// QueueSaveOutcome queues the write of o under key for retention,
+	// replacing any outcome stored there.
+	QueueSaveOutcome(b *pgx.Batch, key lockstore.Key, o claimstore.Outcome, retention time.Duration)
+	// QueueLookup queues, as one statement, lookup (SQL given key.ID as
+	// $1, returning a row when the value is taken) into taken and the read
+	// of the owner of key's reservation into owner, left empty when it has
+	// none.
+	QueueLookup(b *pgx.Batch, key lockstore.Key, lookup string, taken *bool, owner *string)
+	// QueueReserve queues the insert of owner's confirmed reservation of
+	// key. The table's primary key is the guarantee: when the value is
+	// reserved already, the statement fails and so does the transaction.
+	QueueReserve(b *pgx.Batch, key lockstore.Key, owner string)
 }
 
 type pgBackend struct {
 	locks    *postgres.Store
 	claims   *cspostgres.Store
-	claimsTx claimtx.Postgres
+	claimsTx pgClaims
 }
 
 func (b pgBackend) check(needClaims bool) error {
@@ -127,7 +148,7 @@ func anyRow(rows pgx.Rows, err error) (bool, error) {
 
 type pgTxn struct {
 	t      *postgres.Txn
-	claims claimtx.Postgres
+	claims pgClaims
 }
 
 // commit sends w in the round trip of COMMIT.

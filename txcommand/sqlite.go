@@ -20,13 +20,31 @@ import (
 // same file (nil when no rule reserves and idempotency is not set). The
 // handler finds the *sql.Tx with lockstore/sqlite.TxFrom.
 func SQLite(locks *locksqlite.Store, claims *cssqlite.Store) Backend {
-	return sqliteBackend{locks: locks, claims: claims, claimsTx: claimtx.SQLiteOf(claims)}
+	return sqliteBackend{locks: locks, claims: claims, claimsTx: claimtx.SQLiteOf(claims).(sqliteClaims)}
+}
+
+// sqliteClaims runs a claimstore/sqlite Store's statements in tx, a transaction
+// of the caller on the store's database. They bypass the store's write
+// gate: tx holds SQLite's write lock already.
+type sqliteClaims interface {
+	// Outcome reads key's outcome whose retention has not passed.
+	Outcome(ctx context.Context, tx *sql.Tx, key lockstore.Key) (claimstore.Outcome, bool, error)
+	// SaveOutcome writes o under key for retention, replacing any outcome
+	// stored there.
+	SaveOutcome(ctx context.Context, tx *sql.Tx, key lockstore.Key, o claimstore.Outcome, retention time.Duration) error
+	// Lookup runs lookup (SQL given key.ID as $1, returning a row when the
+	// value is taken) into taken, and reads the owner of key's
+	// reservation, empty when it has none.
+	Lookup(ctx context.Context, tx *sql.Tx, key lockstore.Key, lookup string) (taken bool, owner string, err error)
+	// Reserve inserts owner's confirmed reservation of key. When the
+	// value is reserved already, the statement fails.
+	Reserve(ctx context.Context, tx *sql.Tx, key lockstore.Key, owner string) error
 }
 
 type sqliteBackend struct {
 	locks    *locksqlite.Store
 	claims   *cssqlite.Store
-	claimsTx claimtx.SQLite
+	claimsTx sqliteClaims
 }
 
 func (b sqliteBackend) check(needClaims bool) error {
@@ -87,7 +105,7 @@ func (b sqliteBackend) shown(ctx context.Context, lookup, id string) (bool, erro
 
 type sqliteTxn struct {
 	t      *locksqlite.Txn
-	claims claimtx.SQLite
+	claims sqliteClaims
 }
 
 // commit runs w's statements, then COMMIT. A failed COMMIT on a local

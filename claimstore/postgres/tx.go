@@ -13,10 +13,11 @@ import (
 )
 
 func init() {
-	claimtx.PostgresOf = func(store any) claimtx.Postgres { return batchStatements{store.(*Store)} }
+	claimtx.PostgresOf = func(store any) any { return batchStatements{store.(*Store)} }
 }
 
-// batchStatements are the claimtx.Postgres statements of a Store.
+// batchStatements are the statements of a Store that txcommand runs in the
+// caller's transaction.
 type batchStatements struct{ *Store }
 
 func (s batchStatements) QueueOutcome(b *pgx.Batch, key lockstore.Key, o *claimstore.Outcome, found *bool) {

@@ -13,10 +13,11 @@ import (
 )
 
 func init() {
-	claimtx.SQLiteOf = func(store any) claimtx.SQLite { return txStatements{store.(*Store)} }
+	claimtx.SQLiteOf = func(store any) any { return txStatements{store.(*Store)} }
 }
 
-// txStatements are the claimtx.SQLite statements of a Store.
+// txStatements are the statements of a Store that txcommand runs in the
+// caller's transaction.
 type txStatements struct{ *Store }
 
 func (s txStatements) Outcome(ctx context.Context, tx *sql.Tx, key lockstore.Key) (claimstore.Outcome, bool, error) {

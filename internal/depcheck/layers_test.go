@@ -22,7 +22,7 @@ const anything = "*"
 // leaves are the internal packages that import nothing of the module
 // (their rows say so, and the test checks it): any package may import
 // them, since an import of one can never point up a layer.
-var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/lockext", "internal/observe", "internal/wire"}
+var leaves = []string{"internal/afterlost", "internal/keyqueue", "internal/lockext", "internal/observe", "internal/wire", "internal/claimtx", "lockstore/internal/effects"}
 
 // rule is one row of the layering: the packages of the module (paths
 // relative to it) that a package's non-test files may import, and why.
@@ -123,6 +123,9 @@ var layers = map[string]rule{
 	},
 	"internal/afterlost": {why: "the lost-lock callbacks the stores and middleware share: standard library only"},
 	"internal/observe":   {why: "the hooks through which the core reports the steps of a command to telemetry: standard library only"},
+
+	"internal/claimtx":           {why: "hands txcommand the claim stores' statements for the handler's transaction, set by each store: standard library only"},
+	"lockstore/internal/effects": {why: "what a lock store's transaction carries in its context (AfterCommit scopes, the fencing token): standard library only"},
 
 	"internal/lockext": {why: "what a lock store may offer beyond lockstore.Locker (key order, release without a wait, probe): standard library only, it names lockstore.Key by its shape"},
 
