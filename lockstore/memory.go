@@ -359,19 +359,6 @@ func (m *Memory) Waiting(key Key) int {
 	return 0
 }
 
-// Len returns the number of keys the store keeps now: those held (their
-// waiters queue on them). Keys with neither holder nor waiter are not kept.
-func (m *Memory) Len() int {
-	n := 0
-	for i := range m.shards {
-		s := &m.shards[i]
-		s.mu.Lock()
-		n += s.locks.Len()
-		s.mu.Unlock()
-	}
-	return n
-}
-
 // Stats reports the locks held now (Held), the Lock calls waiting now
 // (Waiting) and the locks that ended lost, by lease expiry, Reset or Close
 // (LocksLost). It visits every held key, under each shard's lock in turn.

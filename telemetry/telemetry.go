@@ -47,7 +47,7 @@ type Telemetry struct {
 
 	mu       sync.Mutex
 	lockers  []observed[lockstore.StatsReporter]
-	claimers []observed[ClaimsReporter]
+	claimers []observed[*uniqueness.Middleware]
 	reg      metric.Registration
 
 	names sync.Map // command name → *names
@@ -59,11 +59,6 @@ type Telemetry struct {
 type observed[T any] struct {
 	src   T
 	attrs metric.MeasurementOption
-}
-
-// ClaimsReporter reports the claims of a uniqueness middleware.
-type ClaimsReporter interface {
-	Stats() uniqueness.Stats
 }
 
 // New returns Telemetry configured by cfg, with its instruments made.
@@ -139,15 +134,15 @@ func (t *Telemetry) ObserveLocker(name string, l lockstore.StatsReporter) error 
 	return nil
 }
 
-// ObserveClaims adds the claims of c (a *uniqueness.Middleware), named name (the attribute claimbus.store), to the
+// ObserveClaims adds the claims of c, named name (the attribute claimbus.store), to the
 // observable instruments, until Close.
-func (t *Telemetry) ObserveClaims(name string, c ClaimsReporter) error {
+func (t *Telemetry) ObserveClaims(name string, c *uniqueness.Middleware) error {
 	if c == nil {
 		return errors.New("telemetry: ObserveClaims: nil claims")
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.claimers = append(t.claimers, observed[ClaimsReporter]{c, storeAttr(name)})
+	t.claimers = append(t.claimers, observed[*uniqueness.Middleware]{c, storeAttr(name)})
 	return nil
 }
 

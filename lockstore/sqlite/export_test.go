@@ -27,3 +27,6 @@ func SerializeValue[T any](ctx context.Context, s *Store, key lockstore.Key, fn 
 func ExclusiveValue[T any](ctx context.Context, s *Store, key lockstore.Key, fn func(ctx context.Context, q Querier) (T, error)) (T, error) {
 	return runExclusive(ctx, s, key, fn)
 }
+
+// Reset ends every lock held now, as lockstore.Memory.Reset does.
+func (s *Store) Reset(ctx context.Context) error { return s.mem.Reset(ctx) }

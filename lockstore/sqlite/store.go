@@ -185,10 +185,6 @@ func (s *Store) Held(ctx context.Context) ([]lockstore.Holder, error) {
 // included) waiting for key now, not counting its holder.
 func (s *Store) Waiting(key lockstore.Key) int { return s.mem.Waiting(key) }
 
-// Reset ends every lock held now, as lockstore.Memory.Reset does. It is
-// meant for tests.
-func (s *Store) Reset(ctx context.Context) error { return s.mem.Reset(ctx) }
-
 // Close ends every lock (closing its Lost channel; its Release then
 // reports lockstore.ErrLockLost), fails every waiter with
 // lockstore.ErrClosed and releases the file lock: at once when no call of
