@@ -36,13 +36,6 @@ var (
 	// ErrUndecodableReply is returned by Dispatch when the reply's result
 	// cannot be decoded into the R the sender asked for.
 	ErrUndecodableReply = errors.New("bus: undecodable reply")
-	// ErrOutcomeUnknown is matched by the error of a Dispatch that was
-	// waiting for its reply when the transport reported a lost connection
-	// (see LossNotifier). The error also matches middleware.ErrUnavailable:
-	// the command or its reply may be lost, or the command may still be
-	// applied, or may have been; try again with a command whose replay is
-	// safe.
-	ErrOutcomeUnknown = errors.New("bus: the transport lost its connection while the command was in flight: its outcome is unknown")
 )
 
 // errLostInFlight is the rejection of a Dispatch whose transport lost its

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/claimbus/claimbus/middleware"
 )
 
 // LossNotifier is an optional interface of a Config.ReplySubscriber whose
@@ -17,7 +18,7 @@ import (
 // A bus registers with it at Start and unregisters at Close. Each time the
 // transport calls f, every Dispatch then waiting for its reply returns at
 // once with an error matching middleware.ErrUnavailable and
-// ErrOutcomeUnknown, the cause wrapped beside them; a Dispatch that
+// middleware.ErrOutcomeUnknown, the cause wrapped beside them; a Dispatch that
 // starts afterwards waits as usual, and a late reply to a failed one is
 // dropped. The command itself may still be handled: an honest "try
 // again" needs a command whose replay is safe. f does not block; the
@@ -29,7 +30,7 @@ type LossNotifier interface {
 // lost fails every Dispatch waiting for a reply, after the transport
 // reported cause (see LossNotifier).
 func (b *Bus) lost(cause error) {
-	n := b.waiters.failPending(fmt.Errorf("%w: %w: %w", errLostInFlight, ErrOutcomeUnknown, cause))
+	n := b.waiters.failPending(fmt.Errorf("%w: %w: %w", errLostInFlight, middleware.ErrOutcomeUnknown, cause))
 	if n > 0 {
 		b.logger.Info("The transport lost its connection: commands waiting for a reply answered unavailable",
 			watermill.LogFields{"waiting": n, "cause": cause.Error()})

@@ -91,7 +91,7 @@ func TestDispatchFailsOnLoss(t *testing.T) {
 	select {
 	case err := <-errs:
 		require.ErrorIs(t, err, middleware.ErrUnavailable)
-		require.ErrorIs(t, err, bus.ErrOutcomeUnknown)
+		require.ErrorIs(t, err, middleware.ErrOutcomeUnknown)
 		require.ErrorIs(t, err, cause)
 		var rej *middleware.Rejection
 		require.ErrorAs(t, err, &rej)

@@ -209,7 +209,7 @@ func checkLoss(e *env) {
 	select {
 	case err := <-errs:
 		require.ErrorIs(t, err, middleware.ErrUnavailable)
-		require.ErrorIs(t, err, bus.ErrOutcomeUnknown)
+		require.ErrorIs(t, err, middleware.ErrOutcomeUnknown)
 		var rej *middleware.Rejection
 		require.ErrorAs(t, err, &rej)
 		require.Equal(t, middleware.CodeUnavailable, rej.Code)

@@ -19,7 +19,7 @@
 // DisableNotify, when a reply subscription's query fails for want of a
 // connection), every Dispatch of the buses on this transport that waits
 // for a reply fails at once with an error matching
-// middleware.ErrUnavailable and bus.ErrOutcomeUnknown, instead of waiting
+// middleware.ErrUnavailable and middleware.ErrOutcomeUnknown, instead of waiting
 // until its deadline for a reply that a crashed server may have lost.
 //
 // docs/bus.md#bussqltransport describes delivery, latency, handlers and

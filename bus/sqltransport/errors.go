@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/internal/pgerr"
 	"github.com/claimbus/claimbus/middleware"
 )
@@ -30,11 +29,11 @@ func unavailable(ctx context.Context, err error) error {
 // insertUnavailable is unavailable for the insert of a Publish: when the
 // connection broke after the insert was sent (pgconn.SafeToRetry is
 // false), the row may have committed and the command may run, so the
-// error also matches bus.ErrOutcomeUnknown.
+// error also matches middleware.ErrOutcomeUnknown.
 func insertUnavailable(ctx context.Context, err error) error {
 	uerr := unavailable(ctx, err)
 	if uerr == err || pgconn.SafeToRetry(err) { //nolint:errorlint // identity, not matching: did unavailable return err itself?
 		return uerr
 	}
-	return fmt.Errorf("%w: %w", bus.ErrOutcomeUnknown, uerr)
+	return fmt.Errorf("%w: %w", uerr, middleware.ErrOutcomeUnknown)
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/middleware"
 )
 
@@ -30,11 +29,11 @@ func TestInsertUnavailable(t *testing.T) {
 	ctx := context.Background()
 	sent := insertUnavailable(ctx, fmt.Errorf("could not insert message as row: %w", retryable{io.ErrUnexpectedEOF, false}))
 	require.ErrorIs(t, sent, middleware.ErrUnavailable)
-	require.ErrorIs(t, sent, bus.ErrOutcomeUnknown)
+	require.ErrorIs(t, sent, middleware.ErrOutcomeUnknown)
 
 	unsent := insertUnavailable(ctx, fmt.Errorf("could not insert message as row: %w", retryable{io.ErrUnexpectedEOF, true}))
 	require.ErrorIs(t, unsent, middleware.ErrUnavailable)
-	require.NotErrorIs(t, unsent, bus.ErrOutcomeUnknown)
+	require.NotErrorIs(t, unsent, middleware.ErrOutcomeUnknown)
 
 	other := fmt.Errorf("syntax error")
 	require.Equal(t, other, insertUnavailable(ctx, other))
