@@ -62,7 +62,7 @@ var (
 
 	// errIncompleteRequestReply is reported by the Validate of a config
 	// that answers requestreply senders (a RequestReply's) without acking
-	// handler errors: use RequestReply.HandlerConfig or RouterConfig.
+	// handler errors: use RequestReply.HandlerConfig.
 	errIncompleteRequestReply = errors.New("middleware: incomplete requestreply set-up")
 	// ErrUnhandledCommandType is returned where a pipeline is built (the
 	// bus's Start, RouterMiddleware) for a command type a middleware acts on

@@ -60,9 +60,9 @@ func FuzzUnmarshalReply(f *testing.F) {
 	})
 }
 
-// FuzzRegistryDecode decodes arbitrary payloads: a command or an error
+// FuzzRegistryPipeline decodes arbitrary payloads: a command or an error
 // matching ErrUndecodable, never a panic.
-func FuzzRegistryDecode(f *testing.F) {
+func FuzzRegistryPipeline(f *testing.F) {
 	f.Add([]byte(`{"email":"ann@x.org"}`))
 	f.Add([]byte(`{"email":1}`))
 	f.Add([]byte(``))
@@ -73,11 +73,11 @@ func FuzzRegistryDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		msg := message.NewMessage("m1", payload)
 		msg.Metadata.Set("name", createStaffName)
-		_, cmd, err := reg.Decode(msg)
+		p, err := reg.Pipeline(msg)
 		if err != nil {
 			require.ErrorIs(t, err, middleware.ErrUndecodable)
 			return
 		}
-		require.IsType(t, &CreateStaff{}, cmd)
+		require.IsType(t, &CreateStaff{}, p.Command)
 	})
 }

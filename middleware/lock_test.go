@@ -232,7 +232,7 @@ func TestLockReleasedOnEveryOutcome(t *testing.T) {
 			tt.check(t, err)
 			// The handler records heldInHandler before it fails or panics.
 			require.Equal(t, tt.id != "halt", heldInHandler, "the handler runs under the lock, and a halted one not at all")
-			require.Zero(t, store.Len(), "every lock is released")
+			require.Zero(t, int(store.Stats().Held), "every lock is released")
 			requireFree(t, store, transferKey(tt.id))
 		})
 	}
@@ -419,7 +419,7 @@ func TestLockSeveralKeys(t *testing.T) {
 	require.False(t, ran)
 	require.ErrorIs(t, err, middleware.ErrLocked)
 	require.ErrorContains(t, err, "wallet/w2")
-	require.Equal(t, 1, store.Len(), "the keys taken before the held one are released")
+	require.Equal(t, 1, int(store.Stats().Held), "the keys taken before the held one are released")
 	require.NoError(t, w2.Release(context.Background()))
 }
 
@@ -472,7 +472,7 @@ func TestLockConcurrent(t *testing.T) {
 			if wait > 0 {
 				require.Zero(t, locked.Load())
 			}
-			require.Zero(t, store.Len())
+			require.Zero(t, int(store.Stats().Held))
 		})
 	}
 }

@@ -43,9 +43,6 @@ func Register[C any](r *Registry) (string, error) {
 	return r.addCommand(new(C))
 }
 
-// Marshaler returns the marshaler the registry names and decodes with.
-func (r *Registry) Marshaler() cqrs.CommandEventMarshaler { return r.marshaler }
-
 // addCommand registers the type of cmd, a command or a pointer to one,
 // under the name the marshaler gives a pointer to it, and returns that
 // name (see Register).
@@ -118,38 +115,30 @@ func (r *Registry) New(name string) (any, bool) {
 	return reflect.New(t).Interface(), true
 }
 
-// Decode returns the name of the command msg carries and the command,
-// decoded into a fresh pointer of its registered type. It fails with
-// ErrUnknownCommand when the name is missing or not registered, and with
-// ErrUndecodable when the payload does not decode (or its decoder panics);
-// either error is also an invalid rejection (matching ErrInvalid), whose
-// message names the command and the message, ready to be the answer of a
-// sender that waits. The rejection crosses the wire; ErrUnknownCommand,
-// ErrUndecodable and the decoder's error stay on this node.
-func (r *Registry) Decode(msg *message.Message) (string, any, error) {
+// Pipeline decodes msg into a fresh pointer of its registered type and
+// returns the pipeline that carries the command through a Runner
+// (Runner.Run): its command UUID is the message UUID, its correlation and
+// causation ids come from the metadata (the correlation id is the message
+// UUID when the metadata has none), its metadata is the message's, and its
+// handler context starts as msg.Context(). It is what RouterMiddleware and
+// the bus run for each message; an adapter of one's own, for a message
+// loop that is no Watermill router, calls it too.
+//
+// It fails with ErrUnknownCommand when the name is missing or not
+// registered, and with ErrUndecodable when the payload does not decode (or
+// its decoder panics); either error is also an invalid rejection (matching
+// ErrInvalid), whose message names the command and the message, ready to
+// be the answer of a sender that waits. The rejection crosses the wire;
+// ErrUnknownCommand, ErrUndecodable and the decoder's error stay on this
+// node.
+func (r *Registry) Pipeline(msg *message.Message) (*Pipeline, error) {
 	name := r.marshaler.NameFromMessage(msg)
 	cmd, ok := r.New(name)
 	if !ok {
-		return name, nil, invalidMessage(fmt.Errorf("%w %q (message %s)", ErrUnknownCommand, name, msg.UUID))
+		return nil, invalidMessage(fmt.Errorf("%w %q (message %s)", ErrUnknownCommand, name, msg.UUID))
 	}
 	if err := r.unmarshal(msg, cmd); err != nil {
-		return name, nil, invalidMessage(fmt.Errorf("%w %s (message %s): %w", ErrUndecodable, name, msg.UUID, err))
-	}
-	return name, cmd, nil
-}
-
-// Pipeline decodes msg (see Decode, whose errors it returns) and returns
-// the pipeline that carries its command through a Runner (Runner.Run): its
-// command UUID is the message UUID, its correlation and causation ids come
-// from the metadata (the correlation id is the message UUID when the
-// metadata has none), its metadata is the message's, and its handler
-// context starts as msg.Context(). It is what RouterMiddleware and the bus
-// run for each message; an adapter of one's own, for a message loop that
-// is no Watermill router, calls it too.
-func (r *Registry) Pipeline(msg *message.Message) (*Pipeline, error) {
-	name, cmd, err := r.Decode(msg)
-	if err != nil {
-		return nil, err
+		return nil, invalidMessage(fmt.Errorf("%w %s (message %s): %w", ErrUndecodable, name, msg.UUID, err))
 	}
 	return newMessagePipeline(msg, cmd, name), nil
 }

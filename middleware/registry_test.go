@@ -51,25 +51,25 @@ func TestRegistry(t *testing.T) {
 	t.Run("decode", func(t *testing.T) {
 		t.Parallel()
 		msg := commandMessage(t, &CreateStaff{Email: "ann@x.org"})
-		name, cmd, err := reg.Decode(msg)
+		p, err := reg.Pipeline(msg)
 		require.NoError(t, err)
-		require.Equal(t, createStaffName, name)
-		require.Equal(t, &CreateStaff{Email: "ann@x.org"}, cmd)
+		require.Equal(t, createStaffName, p.CommandName)
+		require.Equal(t, &CreateStaff{Email: "ann@x.org"}, p.Command)
 
 		alias := commandMessage(t, &CreateStaff{Email: "old@x.org"})
 		alias.Metadata.Set("name", "staff.Create.v0")
-		_, cmd, err = reg.Decode(alias)
+		p, err = reg.Pipeline(alias)
 		require.NoError(t, err)
-		require.Equal(t, &RenamedStaff{Email: "old@x.org"}, cmd)
+		require.Equal(t, &RenamedStaff{Email: "old@x.org"}, p.Command)
 	})
 	t.Run("unknown and missing names", func(t *testing.T) {
 		t.Parallel()
-		_, _, err := reg.Decode(message.NewMessage("m1", []byte("{}")))
+		_, err := reg.Pipeline(message.NewMessage("m1", []byte("{}")))
 		require.ErrorIs(t, err, middleware.ErrUnknownCommand)
 		require.ErrorContains(t, err, "m1")
 		msg := message.NewMessage("m2", []byte("{}"))
 		msg.Metadata.Set("name", "billing.Refund")
-		_, _, err = reg.Decode(msg)
+		_, err = reg.Pipeline(msg)
 		require.ErrorIs(t, err, middleware.ErrUnknownCommand)
 		require.ErrorContains(t, err, "billing.Refund")
 	})
@@ -96,7 +96,7 @@ func TestRegistry(t *testing.T) {
 	})
 	t.Run("decode errors are invalid rejections", func(t *testing.T) {
 		t.Parallel()
-		_, _, err := reg.Decode(message.NewMessage("m7", []byte("{}")))
+		_, err := reg.Pipeline(message.NewMessage("m7", []byte("{}")))
 		require.ErrorIs(t, err, middleware.ErrInvalid)
 		var rej *middleware.Rejection
 		require.ErrorAs(t, err, &rej)
@@ -104,7 +104,7 @@ func TestRegistry(t *testing.T) {
 
 		msg := commandMessage(t, &CreateStaff{})
 		msg.Payload = []byte(`{`)
-		_, _, err = reg.Decode(msg)
+		_, err = reg.Pipeline(msg)
 		require.ErrorIs(t, err, middleware.ErrInvalid)
 		require.ErrorIs(t, err, middleware.ErrUndecodable)
 		require.ErrorAs(t, err, &rej)
@@ -114,8 +114,7 @@ func TestRegistry(t *testing.T) {
 		t.Parallel()
 		msg := commandMessage(t, &CreateStaff{})
 		msg.Payload = []byte(`{"email": ["a"]}`)
-		name, _, err := reg.Decode(msg)
-		require.Equal(t, createStaffName, name)
+		_, err := reg.Pipeline(msg)
 		require.ErrorIs(t, err, middleware.ErrUndecodable)
 		require.ErrorContains(t, err, createStaffName)
 		require.ErrorContains(t, err, msg.UUID)
@@ -127,8 +126,8 @@ func TestRegistry(t *testing.T) {
 		require.NoError(t, err)
 		msg := message.NewMessage("m3", []byte("{}"))
 		msg.Metadata.Set("name", name)
-		_, cmd, err := reg.Decode(msg)
-		require.Nil(t, cmd)
+		p, err := reg.Pipeline(msg)
+		require.Nil(t, p)
 		require.ErrorIs(t, err, middleware.ErrUndecodable)
 		require.ErrorContains(t, err, "decoder boom")
 		var perr *middleware.PanicError
@@ -150,12 +149,12 @@ func TestRegistryUsesTheMarshalersNames(t *testing.T) {
 	name, err := middleware.Register[CreateStaff](reg)
 	require.NoError(t, err)
 	require.Equal(t, "CreateStaff", name)
-	require.Equal(t, "RenamedStaff", reg.Marshaler().Name(&RenamedStaff{}))
 	msg, err := m.Marshal(&CreateStaff{Email: "ann@x.org"})
 	require.NoError(t, err)
-	_, cmd, err := reg.Decode(msg)
+	p, err := reg.Pipeline(msg)
 	require.NoError(t, err)
-	require.Equal(t, &CreateStaff{Email: "ann@x.org"}, cmd)
+	require.Equal(t, "CreateStaff", p.CommandName)
+	require.Equal(t, &CreateStaff{Email: "ann@x.org"}, p.Command)
 }
 
 // TestRegistryConcurrent adds names while other goroutines decode.
@@ -172,7 +171,7 @@ func TestRegistryConcurrent(t *testing.T) {
 					errs <- err
 					return
 				}
-				if _, _, err := reg.Decode(msg); err != nil {
+				if _, err := reg.Pipeline(msg); err != nil {
 					errs <- err
 					return
 				}

@@ -64,7 +64,8 @@ func (replyMarshaler[R]) UnmarshalReply(msg *message.Message) (requestreply.Repl
 // RequestReply answers Watermill requestreply senders from the pipeline. It
 // is the requestreply.Backend to give requestreply.NewCommandHandler,
 // NewCommandHandlerWithResult and SendWithReply, and it builds the adapter
-// configs (HandlerConfig, RouterConfig) that answer through it.
+// config (HandlerConfig) that answers through it: its OnResult answers
+// from a RouterConfig too.
 //
 // Under an adapter, a requestreply handler's answer waits for the run to
 // end: the handler's error reaches the runner (so AfterFailure runs: a
@@ -186,7 +187,7 @@ func repliesWithoutAck(onResult ResultFunc, ack bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: OnResult answers requestreply senders but AckHandlerErrors is false: "+
-		"a failed command would be nacked, redelivered and answered again; use RequestReply.HandlerConfig or RouterConfig",
+		"a failed command would be nacked, redelivered and answered again; use RequestReply.HandlerConfig (or its OnResult, with AckHandlerErrors)",
 		errIncompleteRequestReply)
 }
 
@@ -209,11 +210,4 @@ func (rr *RequestReply[R]) OnHandle(handlers []cqrs.CommandHandler, mws ...Middl
 		return nil, err
 	}
 	return OnHandle(rr.HandlerConfig(runner, handlers...))
-}
-
-// RouterConfig returns the config of RouterMiddleware for runner and
-// registry, answering requestreply senders through rr and acking handler
-// errors. Set its other fields (RejectUnknown, Logger) as needed.
-func (rr *RequestReply[R]) RouterConfig(runner *Runner, registry *Registry) RouterConfig {
-	return RouterConfig{Runner: runner, Registry: registry, OnResult: rr.answerFn, AckHandlerErrors: true}
 }

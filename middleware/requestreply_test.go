@@ -91,9 +91,8 @@ func startRequestReplyEnv(t *testing.T, plug string) *requestReplyEnv {
 	hcfg := rr.HandlerConfig(runner, handler)
 	switch plug {
 	case "router":
-		rcfg := rr.RouterConfig(runner, newRegistry(t))
-		rcfg.Logger = discardLogger
-		mw, err := middleware.RouterMiddleware(rcfg)
+		mw, err := middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: newRegistry(t),
+			OnResult: hcfg.OnResult, AckHandlerErrors: true, Logger: discardLogger})
 		require.NoError(t, err)
 		router.AddMiddleware(mw)
 	case "onhandle":
@@ -363,7 +362,7 @@ func TestIncompleteRequestReplyIsRefused(t *testing.T) {
 
 	_, err = middleware.OnHandle(rr.HandlerConfig(runner, handler))
 	require.NoError(t, err)
-	_, err = middleware.RouterMiddleware(rr.RouterConfig(runner, newRegistry(t)))
+	_, err = middleware.RouterMiddleware(middleware.RouterConfig{Runner: runner, Registry: newRegistry(t), OnResult: bare.OnResult, AckHandlerErrors: true})
 	require.NoError(t, err)
 	other := middleware.HandlerConfig{Runner: runner, Handlers: []cqrs.CommandHandler{handler},
 		OnResult: func(context.Context, *message.Message, any, error) error { return nil }}

@@ -126,7 +126,7 @@ const maxUnknownWarned = 100
 // commands otherwise than the processor's) runs unclaimed, and must not
 // do so silently.
 func (a *routerAdapter) warnUnknown(msg *message.Message) {
-	name := a.cfg.Registry.Marshaler().NameFromMessage(msg)
+	name := a.cfg.Registry.marshaler.NameFromMessage(msg)
 	if name == "" || a.unknownCount.Load() >= maxUnknownWarned {
 		return
 	}
@@ -170,12 +170,12 @@ func (a *routerAdapter) middleware(next message.HandlerFunc) message.HandlerFunc
 }
 
 // reject acks msg, which is not a command this middleware can run, after
-// logging it and reporting it to OnResult; err is Decode's, an invalid
+// logging it and reporting it to OnResult; err is Registry.Pipeline's, an invalid
 // rejection.
 func (a *routerAdapter) reject(msg *message.Message, err error) error {
 	a.logger.LogAttrs(msg.Context(), slog.LevelError, "command rejected without running",
 		slog.String("message_uuid", msg.UUID),
-		slog.String("command", a.cfg.Registry.Marshaler().NameFromMessage(msg)),
+		slog.String("command", a.cfg.Registry.marshaler.NameFromMessage(msg)),
 		slog.String("error", err.Error()))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), a.cfg.Runner.releaseTimeout)
 	defer cancel()

@@ -175,7 +175,8 @@ func Example_router() {
 	db := &staffDB{emails: map[string]string{}}
 
 	// The registry names and decodes the commands the pipeline runs.
-	registry := middleware.NewRegistry(nil)
+	marshaler := cqrs.JSONMarshaler{}
+	registry := middleware.NewRegistry(marshaler)
 	_, err = middleware.Register[commands.CreateStaff](registry)
 	check(err)
 	outcomes := make(chan string)
@@ -208,7 +209,7 @@ func Example_router() {
 	defer router.Close()
 
 	for _, c := range exampleCommands {
-		msg, err := registry.Marshaler().Marshal(c) // sets the "name" metadata
+		msg, err := marshaler.Marshal(c) // sets the "name" metadata
 		check(err)
 		check(pubSub.Publish("staff.commands", msg))
 		fmt.Printf("%-24q %s\n", c.Email, <-outcomes)
