@@ -28,9 +28,8 @@ const (
 	defaultCloseTimeout = 30 * time.Second
 )
 
-// DefaultCommandTopic is the default Config.CommandTopic: "command." and
-// the command's name.
-func DefaultCommandTopic(commandName string) string { return "command." + commandName }
+// defaultCommandTopic is the default Config.CommandTopic.
+func defaultCommandTopic(commandName string) string { return "command." + commandName }
 
 // defaultReplyTopic is the default Config.ReplyTopic: "reply." and the
 // node id.
@@ -112,7 +111,7 @@ type Config struct {
 	NodeID string
 
 	// CommandTopic names the topic of a command from its name. Default
-	// DefaultCommandTopic. Every node must agree on it.
+	// "command." and the name. Every node must agree on it.
 	CommandTopic func(commandName string) string
 
 	// ReplyTopic names this bus's reply topic from NodeID. Default
@@ -134,8 +133,9 @@ type Config struct {
 	// PoisonTopic, when set, receives (through Publisher) a command message
 	// that cannot be handled, an unknown name or an undecodable payload,
 	// when no sender waits for its reply; metadata "reason_poisoned" says
-	// why. Default: such a message is logged and dropped. A sender that
-	// waits gets an invalid rejection instead (middleware.ErrInvalid).
+	// why (Watermill's middleware.ReasonForPoisonedKey). Default: such a
+	// message is logged and dropped. A sender that waits gets an invalid
+	// rejection instead (middleware.ErrInvalid).
 	PoisonTopic string
 
 	// OnSend, when set, is called with each command message Dispatch and
@@ -195,7 +195,7 @@ func (c Config) withDefaults() Config {
 		c.NodeID = uuid.NewString()
 	}
 	if c.CommandTopic == nil {
-		c.CommandTopic = DefaultCommandTopic
+		c.CommandTopic = defaultCommandTopic
 	}
 	if c.ReplyTopic == nil {
 		c.ReplyTopic = defaultReplyTopic

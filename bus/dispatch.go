@@ -247,7 +247,7 @@ func (b *Bus) dropped(msg *message.Message, poison string) {
 	switch {
 	case poison != "" && b.cfg.PoisonTopic != "":
 		pm := msg.Copy()
-		pm.Metadata.Set(MetadataPoisonReason, poison)
+		pm.Metadata.Set(wire.MetadataPoisonReason, poison)
 		if err := b.cfg.Publisher.Publish(b.cfg.PoisonTopic, pm); err != nil {
 			b.logger.Error("Cannot publish a poison message; dropping it", err, fields)
 		}

@@ -13,11 +13,6 @@ import (
 	"github.com/claimbus/claimbus/middleware"
 )
 
-// MetadataPoisonReason is the metadata key that says, on a message sent to
-// Config.PoisonTopic, why it could not be handled (the key of Watermill's
-// PoisonQueue).
-const MetadataPoisonReason = wire.MetadataPoisonReason
-
 // reply is the outcome of one command: its result as JSON, or its error as
 // wire.MarshalError encoded it, or a local error (ErrClosed).
 type reply struct {

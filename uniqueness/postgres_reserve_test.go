@@ -332,7 +332,7 @@ func TestSweepRunsOnOneNodeAtATimeOnPostgres(t *testing.T) {
 	_, err := bus.Dispatch[string](ctx, nodes[0].bus, &commands.CreateStaff{StaffID: "a", Email: "a@x.org", Name: "A"})
 	require.NoError(t, err)
 
-	held, err := nodes[0].locks.TryLock(ctx, lockstore.Key{Namespace: uniqueness.SweepNamespace, ID: "staff.email"})
+	held, err := nodes[0].locks.TryLock(ctx, lockstore.Key{Namespace: "uniqueness.sweep", ID: "staff.email"})
 	require.NoError(t, err)
 	res, err := nodes[1].mw.Sweep(ctx)
 	require.NoError(t, err)

@@ -329,7 +329,7 @@ func TestSweep(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uniqueness.SweepResult{Kept: 4}, res, "nothing shown yet, nothing past maxLag")
 
-	other, err := locks.TryLock(ctx, lockstore.Key{Namespace: uniqueness.SweepNamespace, ID: "staff.email"})
+	other, err := locks.TryLock(ctx, lockstore.Key{Namespace: "uniqueness.sweep", ID: "staff.email"})
 	require.NoError(t, err)
 	res, err = mw.Sweep(ctx)
 	require.NoError(t, err)

@@ -11,10 +11,10 @@ import (
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// SweepNamespace is the lock namespace of the sweeper: Sweep holds the key
-// {SweepNamespace, scope} on Config.Locker while it sweeps a scope, so that
+// sweepNamespace is the lock namespace of the sweeper: Sweep holds the key
+// {sweepNamespace, scope} on Config.Locker while it sweeps a scope, so that
 // one node at a time sweeps it.
-const SweepNamespace = "uniqueness.sweep"
+const sweepNamespace = "uniqueness.sweep"
 
 // sweepPage is how many reservations Sweep reads at a time.
 const sweepPage = 100
@@ -43,7 +43,7 @@ type SweepResult struct {
 // Sweep goes once through the reservations of every scope whose rules
 // reserve, dropping those the lookup now shows and those pending past
 // maxLag (see SweepResult), so that the store keeps only values in flight
-// or not yet shown. It holds {SweepNamespace, scope} on Config.Locker while
+// or not yet shown. It holds {"uniqueness.sweep", scope} on Config.Locker while
 // it sweeps a scope and skips a scope whose key another holds, so with the
 // PostgreSQL store one node at a time sweeps it, cluster-wide; a sweep
 // whose lock is lost stops. A pending reservation is expired only under
@@ -56,7 +56,7 @@ func (m *Middleware) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	var errs []error
 	for _, r := range m.sweepers() {
-		lk, err := m.claimer.locker.TryLock(ctx, lockstore.Key{Namespace: SweepNamespace, ID: r.scope})
+		lk, err := m.claimer.locker.TryLock(ctx, lockstore.Key{Namespace: sweepNamespace, ID: r.scope})
 		if errors.Is(err, lockstore.ErrLocked) {
 			res.Skipped = append(res.Skipped, r.scope)
 			continue

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	wmmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
 	"github.com/claimbus/claimbus/internal/wire"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -167,7 +169,7 @@ func checkRoundTrip(e *env) {
 	require.Zero(t, h.bus.Pending())
 	h.requireAllAcked(t, 10)
 	for _, c := range roundTripCommands {
-		e.requireAcked(bus.DefaultCommandTopic(h.bus.CommandName(c)))
+		e.requireAcked("command." + h.bus.CommandName(c))
 	}
 	// Replies to another node are acked; replies to itself never travel.
 	e.requireAcked(s.bus.ReplyTopic(), h.bus.ReplyTopic())
@@ -316,7 +318,7 @@ func checkHandlerErrorOnce(e *env) {
 	_, err := bus.Dispatch[int](e.ctx, s.bus, &fail{})
 	require.ErrorContains(t, err, "no")
 	h.requireAllAcked(t, 1)
-	e.requireAcked(bus.DefaultCommandTopic(h.bus.CommandName(&fail{})))
+	e.requireAcked("command." + h.bus.CommandName(&fail{}))
 	if e.h.Redelivery {
 		// Past the ack deadline: an acked command stays acked.
 		time.Sleep(2 * redeliverAfter) //nolint:forbidigo // proves an absence (no redelivery past the ack deadline): nothing signals what does not happen
@@ -371,7 +373,7 @@ func checkUnknownAndPoison(e *env) {
 	reasons := map[string]string{}
 	for range 3 {
 		pm := recv(t, poison, "a poison message")
-		reasons[pm.UUID] = pm.Metadata.Get(bus.MetadataPoisonReason)
+		reasons[pm.UUID] = pm.Metadata.Get(wmmiddleware.ReasonForPoisonedKey)
 		pm.Ack()
 	}
 	require.Len(t, reasons, 3)

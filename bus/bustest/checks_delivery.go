@@ -92,7 +92,7 @@ func checkHandledOnce(e *env) {
 		defer mu.Unlock()
 		return len(handled) == total
 	}, waitFor, time.Millisecond, "every sent command to be handled")
-	e.requireAcked(bus.DefaultCommandTopic(nodes[0].bus.CommandName(&count{})))
+	e.requireAcked("command." + nodes[0].bus.CommandName(&count{}))
 	for _, n := range nodes {
 		require.NoError(t, n.bus.Close())
 		n.requireAllAcked(t, 0)

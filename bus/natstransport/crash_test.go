@@ -144,7 +144,7 @@ func TestSlowHandlerOutlivesAckWait(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, runs.Load(), "one run")
 	in := inspect(t, srv.URL())
-	topic := bus.DefaultCommandTopic(a.bus.CommandName(&Block{}))
+	topic := "command." + a.bus.CommandName(&Block{})
 	require.Equal(t, 1, in.delivered(b.tr, topic), "one delivery")
 	eventually(t, func() bool { return in.unsettled(b.tr, topic) == 0 && in.stored(b.tr, topic) == 0 }, "the ack")
 }
@@ -245,7 +245,7 @@ func TestThreeNodesCrashAndRestart(t *testing.T) {
 	require.Contains(t, []string{"a", "b", "c"}, got)
 
 	in := inspect(t, srv.URL())
-	topic := bus.DefaultCommandTopic(a2.bus.CommandName(&Block{}))
+	topic := "command." + a2.bus.CommandName(&Block{})
 	eventually(t, func() bool { return in.unsettled(a2.tr, topic) == 0 && in.stored(a2.tr, topic) == 0 },
 		fmt.Sprintf("every command of %s settled", topic))
 }

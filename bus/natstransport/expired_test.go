@@ -43,7 +43,7 @@ func TestExpiredCommandTerminated(t *testing.T) {
 		}))
 	})
 	in := inspect(t, srv.URL())
-	topic := bus.DefaultCommandTopic(a.bus.CommandName(&Block{}))
+	topic := "command." + a.bus.CommandName(&Block{})
 	eventually(t, func() bool {
 		return in.delivered(b.tr, topic) == 1 && in.unsettled(b.tr, topic) == 0 && in.stored(b.tr, topic) == 0
 	}, "the command delivered once and settled")
