@@ -3,21 +3,20 @@ package idempotency
 import (
 	"context"
 
-	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/claimbus/claimbus/middleware"
 )
 
 // MetadataKey is the metadata key of a command message's idempotency key,
-// as OnSend and CQRSOnSend write it and FromMetadata reads it.
+// as OnSend writes it and FromMetadata reads it.
 const MetadataKey = "idempotency_key"
 
 type keyCtx struct{}
 
 // WithKey returns ctx carrying key, the idempotency key of the commands
 // sent with it: an HTTP handler puts a request's Idempotency-Key header
-// there, and OnSend or CQRSOnSend copies it into the command's metadata.
+// there, and OnSend copies it into the command's metadata.
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
 }
@@ -33,14 +32,6 @@ func OnSend(ctx context.Context, msg *message.Message) {
 		msg.Metadata = make(message.Metadata)
 	}
 	msg.Metadata.Set(MetadataKey, key)
-}
-
-// CQRSOnSend is a cqrs.CommandBusOnSendFn (cqrs.CommandBusConfig.OnSend):
-// it writes the idempotency key the sender's context carries (WithKey),
-// if any, into the command message's metadata.
-func CQRSOnSend(params cqrs.CommandBusOnSendParams) error {
-	OnSend(params.Message.Context(), params.Message)
-	return nil
 }
 
 // FromMetadata is a KeyFunc: the key in the command message's metadata

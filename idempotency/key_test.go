@@ -11,6 +11,7 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/idempotency"
+	"github.com/claimbus/claimbus/middleware"
 )
 
 // A key put in the sender's context (WithKey) reaches the pipeline through
@@ -46,8 +47,8 @@ func TestKeyFromContextOverTheBus(t *testing.T) {
 	}
 }
 
-// CQRSOnSend writes the key of the sender's context into the message a
-// cqrs.CommandBus sends.
+// OnSend, through middleware.CQRSOnSend, writes the key of the sender's
+// context into the message a cqrs.CommandBus sends.
 func TestCQRSOnSend(t *testing.T) {
 	t.Parallel()
 	var sent []*message.Message
@@ -55,7 +56,7 @@ func TestCQRSOnSend(t *testing.T) {
 	cb, err := cqrs.NewCommandBusWithConfig(pub, cqrs.CommandBusConfig{
 		GeneratePublishTopic: func(cqrs.CommandBusGeneratePublishTopicParams) (string, error) { return "commands", nil },
 		Marshaler:            cqrs.JSONMarshaler{},
-		OnSend:               idempotency.CQRSOnSend,
+		OnSend:               middleware.CQRSOnSend(idempotency.OnSend),
 	})
 	require.NoError(t, err)
 	require.NoError(t, cb.Send(idempotency.WithKey(context.Background(), "k-1"), &Pay{Amount: 1}))

@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // HandlerConfig configures OnHandle.
@@ -94,4 +95,18 @@ func OnHandle(cfg HandlerConfig) (cqrs.CommandProcessorOnHandleFn, error) {
 			return nil, params.Handler.Handle(ctx, p.Command)
 		})
 	}, nil
+}
+
+// CQRSOnSend returns the cqrs.CommandBusConfig.OnSend that calls each of
+// fns, in order, with the sender's context and the command message, as
+// bus.Config.OnSend would be called: pass it the OnSend functions of the
+// telemetry and idempotency packages, for instance, to carry a trace and
+// an idempotency key through a cqrs.CommandBus.
+func CQRSOnSend(fns ...func(ctx context.Context, msg *message.Message)) cqrs.CommandBusOnSendFn {
+	return func(params cqrs.CommandBusOnSendParams) error {
+		for _, f := range fns {
+			f(params.Message.Context(), params.Message)
+		}
+		return nil
+	}
 }

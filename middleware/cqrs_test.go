@@ -101,3 +101,22 @@ func TestHandlerConfigValidate(t *testing.T) {
 	require.Error(t, err)
 	require.NoError(t, middleware.HandlerConfig{Runner: newRunner(t)}.Validate())
 }
+
+// CQRSOnSend calls each function in order with the message's context and
+// the message.
+func TestCQRSOnSend(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	msg := message.NewMessage("m1", nil)
+	msg.SetContext(context.WithValue(context.Background(), key{}, "v"))
+	var calls []string
+	mark := func(name string) func(context.Context, *message.Message) {
+		return func(ctx context.Context, m *message.Message) {
+			require.Same(t, msg, m)
+			calls = append(calls, name+"="+ctx.Value(key{}).(string))
+		}
+	}
+	onSend := middleware.CQRSOnSend(mark("a"), mark("b"))
+	require.NoError(t, onSend(cqrs.CommandBusOnSendParams{Message: msg}))
+	require.Equal(t, []string{"a=v", "b=v"}, calls)
+}

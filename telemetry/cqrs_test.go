@@ -14,7 +14,7 @@ import (
 )
 
 // A trace crosses a cqrs app: the sender's span goes into the message
-// (CQRSOnSend), and the span of the command run by the processor's
+// (OnSend through middleware.CQRSOnSend), and the span of the command run by the processor's
 // OnHandle is its child.
 func TestTraceCrossesCQRS(t *testing.T) {
 	t.Parallel()
@@ -48,7 +48,7 @@ func TestTraceCrossesCQRS(t *testing.T) {
 	cb, err := cqrs.NewCommandBusWithConfig(ps, cqrs.CommandBusConfig{
 		GeneratePublishTopic: func(cqrs.CommandBusGeneratePublishTopicParams) (string, error) { return "commands", nil },
 		Marshaler:            cqrs.JSONMarshaler{},
-		OnSend:               sender.tel.CQRSOnSend,
+		OnSend:               middleware.CQRSOnSend(sender.tel.OnSend),
 	})
 	require.NoError(t, err)
 	sctx, root := sender.tp.Tracer("test").Start(context.Background(), "POST /users")

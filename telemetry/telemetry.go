@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -104,14 +103,6 @@ func (t *Telemetry) OnSend(ctx context.Context, msg *message.Message) {
 		msg.Metadata = make(message.Metadata)
 	}
 	t.propagator.Inject(ctx, propagation.MapCarrier(msg.Metadata))
-}
-
-// CQRSOnSend is OnSend for a cqrs.CommandBus (cqrs.CommandBusConfig.OnSend):
-// it writes the trace context of the sender's context into the command
-// message.
-func (t *Telemetry) CQRSOnSend(params cqrs.CommandBusOnSendParams) error {
-	t.OnSend(params.Message.Context(), params.Message)
-	return nil
 }
 
 // WithSteps returns ctx carrying a tracer that makes a span of each step

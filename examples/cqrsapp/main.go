@@ -126,9 +126,7 @@ func newCommandBus(sh *shared, commands message.Publisher) (*cqrs.CommandBus, er
 	return cqrs.NewCommandBusWithConfig(commands, cqrs.CommandBusConfig{
 		GeneratePublishTopic: func(cqrs.CommandBusGeneratePublishTopicParams) (string, error) { return "commands", nil },
 		Marshaler:            cqrs.JSONMarshaler{},
-		OnSend: func(p cqrs.CommandBusOnSendParams) error {
-			return errors.Join(sh.tel.CQRSOnSend(p), idempotency.CQRSOnSend(p))
-		},
+		OnSend:               middleware.CQRSOnSend(sh.tel.OnSend, idempotency.OnSend),
 	})
 }
 
