@@ -89,9 +89,6 @@ func New(cfg Config) (*Bus, error) {
 	return b, nil
 }
 
-// ReplyTopic returns the topic this bus receives its replies on.
-func (b *Bus) ReplyTopic() string { return b.replyTopic }
-
 // CommandName returns the name cmd travels under, which selects its
 // handler and its topic.
 func (b *Bus) CommandName(cmd any) string { return b.cfg.Marshaler.Name(cmd) }

@@ -1,7 +1,5 @@
 package commands
 
-import "errors"
-
 // FieldError is the reason a command is invalid: the field at fault (its
 // JSON name) and what is wrong with it.
 type FieldError struct {
@@ -16,10 +14,3 @@ func (e *FieldError) Field() string { return e.Name }
 
 // Error returns "commands: invalid <field>: <reason>".
 func (e *FieldError) Error() string { return "commands: invalid " + e.Name + ": " + e.Reason }
-
-// Is reports whether target is ErrInvalid, so that any field error
-// matches it with errors.Is.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
-
-// ErrInvalid is matched by every *FieldError (errors.Is).
-var ErrInvalid = errors.New("commands: invalid command")

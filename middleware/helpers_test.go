@@ -179,7 +179,7 @@ func (r *results) fn(ctx context.Context, msg *message.Message, res any, err err
 		got.uuid = msg.UUID
 	}
 	if ok {
-		got.handled = p.Handled()
+		got.handled = middleware.Handled(p)
 	}
 	r.got = append(r.got, got)
 	if len(r.got) <= r.failFirst {

@@ -171,7 +171,7 @@ func TestLockWait(t *testing.T) {
 		_, err = r.Run(ctx, p, func(context.Context, *middleware.Pipeline) (any, error) { return nil, nil })
 		require.ErrorIs(t, err, context.Canceled)
 		require.False(t, p.Halted(), "the sender went away: the command is not rejected")
-		require.False(t, p.Handled())
+		require.False(t, middleware.Handled(p))
 	})
 }
 

@@ -112,13 +112,6 @@ func (p *Pipeline) Halt(err error) {
 // Halted reports whether a hook halted the command.
 func (p *Pipeline) Halted() bool { return p.halted }
 
-// Handled reports whether the handler ran and returned, with or without an
-// error. It is false when a hook halted or panicked, the context was done
-// before the handler, or the handler panicked: then whatever the handler
-// would have done on return (such as answering a waiting sender) is not
-// done, and an after hook or a ResultFunc may do it instead.
-func (p *Pipeline) Handled() bool { return p.handled }
-
 // Err is why the command failed so far: the halt reason, the handler's
 // error, or a recovered panic. It is nil while the command succeeds, and
 // in after-failure hooks of a command halted with a nil error.

@@ -95,7 +95,7 @@ func TestRunnerSemantics(t *testing.T) {
 			checkErr:   func(t *testing.T, err error) { require.NoError(t, err) },
 			check: func(t *testing.T, p *middleware.Pipeline) {
 				require.False(t, p.Halted())
-				require.True(t, p.Handled())
+				require.True(t, middleware.Handled(p))
 			},
 		},
 		{
@@ -115,7 +115,7 @@ func TestRunnerSemantics(t *testing.T) {
 			},
 			check: func(t *testing.T, p *middleware.Pipeline) {
 				require.True(t, p.Halted())
-				require.False(t, p.Handled())
+				require.False(t, middleware.Handled(p))
 			},
 		},
 		{
@@ -127,7 +127,7 @@ func TestRunnerSemantics(t *testing.T) {
 			wantEvents: failed,
 			checkErr:   func(t *testing.T, err error) { require.ErrorIs(t, err, errHandler) },
 			check: func(t *testing.T, p *middleware.Pipeline) {
-				require.True(t, p.Handled(), "a handler that returned an error was handled")
+				require.True(t, middleware.Handled(p), "a handler that returned an error was handled")
 				require.ErrorIs(t, p.Err(), errHandler)
 			},
 		},
@@ -145,7 +145,7 @@ func TestRunnerSemantics(t *testing.T) {
 				require.Equal(t, "boom", perr.Value)
 				require.NotEmpty(t, perr.Stack)
 			},
-			check: func(t *testing.T, p *middleware.Pipeline) { require.False(t, p.Handled()) },
+			check: func(t *testing.T, p *middleware.Pipeline) { require.False(t, middleware.Handled(p)) },
 		},
 		{
 			name: "handler panic with an error keeps it in the chain",
@@ -220,7 +220,7 @@ func TestRunnerSemantics(t *testing.T) {
 			handler:    okHandler,
 			wantEvents: skipped,
 			checkErr:   func(t *testing.T, err error) { require.ErrorIs(t, err, context.Canceled) },
-			check:      func(t *testing.T, p *middleware.Pipeline) { require.False(t, p.Handled()) },
+			check:      func(t *testing.T, p *middleware.Pipeline) { require.False(t, middleware.Handled(p)) },
 		},
 		{
 			name: "a handler context cancelled by a hook skips the handler and names the cause",

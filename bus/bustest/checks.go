@@ -172,7 +172,7 @@ func checkRoundTrip(e *env) {
 		e.requireAcked("command." + h.bus.CommandName(c))
 	}
 	// Replies to another node are acked; replies to itself never travel.
-	e.requireAcked(s.bus.ReplyTopic(), h.bus.ReplyTopic())
+	e.requireAcked(s.replyTopic(), h.replyTopic())
 }
 
 // Many Dispatch calls at once from several goroutines each get their own
@@ -282,7 +282,7 @@ func checkTimeout(e *env) {
 	// The late reply is dropped (and acked), and the bus goes on working.
 	releaseOnce()
 	require.Eventually(t, func() bool { return handled.Load() == 1 }, waitFor, time.Millisecond, "the blocked handler to finish")
-	e.requireAcked(s.bus.ReplyTopic())
+	e.requireAcked(s.replyTopic())
 	got, err := bus.Dispatch[int](e.ctx, s.bus, &block{ID: 2})
 	require.NoError(t, err)
 	require.Equal(t, 2, got)

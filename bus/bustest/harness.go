@@ -176,6 +176,15 @@ type node struct {
 	rec *recorder  // nil in process
 }
 
+// replyTopic is the topic n's bus receives its replies on: Config.ReplyTopic
+// of its NodeID, "reply." and the node id by default.
+func (n *node) replyTopic() string {
+	if n.cfg.ReplyTopic != nil {
+		return n.cfg.ReplyTopic(n.cfg.NodeID)
+	}
+	return "reply." + n.cfg.NodeID
+}
+
 // inProcess reports whether the backend's buses work in process, each on
 // its own.
 func (n *node) inProcess() bool { return n.cfg.Publisher == nil }
