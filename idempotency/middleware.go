@@ -173,7 +173,7 @@ func (m *Middleware) begin(ctx context.Context, p *middleware.Pipeline, key lock
 		case ctx.Err() != nil:
 			p.Halt(fmt.Errorf("idempotency: outcome of key %s: %w", key, err))
 		default:
-			p.Halt(middleware.RejectStoreError(err, "", "cannot tell whether this command already ran now, try again"))
+			p.Halt(middleware.RejectStoreError(err, "", func(string) string { return "cannot tell whether this command already ran now, try again" }))
 		}
 		return
 	}
@@ -222,7 +222,7 @@ func (m *Middleware) haltLock(ctx context.Context, p *middleware.Pipeline, err e
 	case ctx.Err() != nil:
 		p.Halt(fmt.Errorf("idempotency: lock on the idempotency key: %w", err))
 	default:
-		p.Halt(middleware.RejectStoreErrorBy(err, "", func(code string) string {
+		p.Halt(middleware.RejectStoreError(err, "", func(code string) string {
 			switch code {
 			case middleware.CodeTimeout:
 				return fmt.Sprintf("waited more than %v for the run of this idempotency key ahead of this one, try again", m.timeout)
@@ -239,7 +239,7 @@ func (m *Middleware) haltLock(ctx context.Context, p *middleware.Pipeline, err e
 // invalidKey is the halt reason of a command whose key the Locker cannot
 // take (err says why).
 func invalidKey(err error) error {
-	return middleware.RejectStoreError(err, "", "%s", invalidKeyMessage)
+	return middleware.RejectStoreError(err, "", func(string) string { return invalidKeyMessage })
 }
 
 // invalidKeyMessage is the message of the rejection of a key the Locker

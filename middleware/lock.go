@@ -204,7 +204,7 @@ func (m *lockMiddleware) rejection(ctx context.Context, key lockstore.Key, err e
 	if code := storeErrorCode(err); code != CodeLocked && code != CodeInvalid && ctx.Err() != nil {
 		return nil //nolint:nilerr // the sender went away: no rejection, the runner skips the handler
 	}
-	return RejectStoreErrorBy(err, "", func(code string) string {
+	return RejectStoreError(err, "", func(code string) string {
 		switch {
 		case code == CodeLocked:
 			return fmt.Sprintf("%s is locked", key)

@@ -51,14 +51,14 @@ func storeErrorCode(err error) string {
 // lockstore.ErrTimeout and context.DeadlineExceeded, a wait the middleware
 // bounded, and CodeUnavailable for anything else: lockstore.ErrUnavailable
 // and claimstore.ErrUnavailable, lockstore.ErrCapacity, a closed store),
-// naming field (may be empty), with a message made of format and args. A
-// middleware checks first whether the command's own context ended: then
-// there is no rejection to send, nobody waits for it. The message is for
-// people and crosses the wire: name the key or the field, never err, whose
-// text can name a server, a port or a user. err stays on this node,
-// wrapped beside the rejection: errors.Is finds it, and its text follows
-// the rejection's in Error() for the logs (unless it is the bare lockstore
-// sentinel of the code, which says nothing more).
+// naming field (may be empty), with the message that message returns for
+// that code (called once). A middleware checks first whether the command's
+// own context ended: then there is no rejection to send, nobody waits for
+// it. The message is for people and crosses the wire: name the key or the
+// field, never err, whose text can name a server, a port or a user. err
+// stays on this node, wrapped beside the rejection: errors.Is finds it,
+// and its text follows the rejection's in Error() for the logs (unless it
+// is the bare lockstore sentinel of the code, which says nothing more).
 //
 // On this node the halt also matches the lockstore sentinel of its code
 // (lockstore.ErrLocked for locked, ErrTimeout for timeout, ErrUnavailable
@@ -66,23 +66,9 @@ func storeErrorCode(err error) string {
 // errors.Is(err, ErrTimeout) agree whichever middleware halted and
 // whatever the cause. On the sender's side of a wire the halt is its
 // rejection alone, which matches its code's sentinel (ErrTimeout).
-func RejectStoreError(err error, field, format string, args ...any) error {
+func RejectStoreError(err error, field string, message func(code string) string) error {
 	code := storeErrorCode(err)
-	return rejectStore(err, code, Reject(code, field, format, args...))
-}
-
-// RejectStoreErrorBy is RejectStoreError with the message chosen by the
-// code: message is called once, with err's code, for a middleware
-// that says each code its own way.
-func RejectStoreErrorBy(err error, field string, message func(code string) string) error {
-	code := storeErrorCode(err)
-	return rejectStore(err, code, Reject(code, field, "%s", message(code)))
-}
-
-// rejectStore is the halt reason of a store error err with code and its
-// rejection r (see RejectStoreError).
-func rejectStore(err error, code string, r *Rejection) error {
-	return &causedRejection{Rejection: r, cause: err, same: storeSentinels[code]}
+	return &causedRejection{Rejection: Reject(code, field, "%s", message(code)), cause: err, same: storeSentinels[code]}
 }
 
 // causedRejection is a rejection built from a local error, the one type of

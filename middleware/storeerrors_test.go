@@ -123,28 +123,31 @@ func TestRejectStoreErrorCode(t *testing.T) {
 	}
 }
 
+// msg is a message function that says text whatever the code.
+func msg(text string) func(string) string { return func(string) string { return text } }
+
 // RejectStoreError's text is the rejection's and the cause's, for the logs;
 // a bare lockstore sentinel adds nothing and is left out.
 func TestRejectStoreErrorText(t *testing.T) {
 	t.Parallel()
-	err := middleware.RejectStoreError(lockstore.ErrLocked, "", "transfer/t1 is locked")
+	err := middleware.RejectStoreError(lockstore.ErrLocked, "", msg("transfer/t1 is locked"))
 	require.EqualError(t, err, "locked: transfer/t1 is locked")
-	err = middleware.RejectStoreError(fmt.Errorf("%w: held on node 2", lockstore.ErrLocked), "id", "t1 is locked")
+	err = middleware.RejectStoreError(fmt.Errorf("%w: held on node 2", lockstore.ErrLocked), "id", msg("t1 is locked"))
 	require.EqualError(t, err, "locked: id: t1 is locked: lockstore: locked: held on node 2")
 }
 
-// RejectStoreErrorBy asks for the message of the error's code, once, and
-// halts as RejectStoreError does.
-func TestRejectStoreErrorBy(t *testing.T) {
+// RejectStoreError asks for the message of the error's code, once, and
+// names the field; the halt matches the code's sentinel and the cause.
+func TestRejectStoreErrorMessage(t *testing.T) {
 	t.Parallel()
 	cause := fmt.Errorf("%w: node 2", lockstore.ErrTimeout)
 	var codes []string
-	err := middleware.RejectStoreErrorBy(cause, "email", func(code string) string {
+	err := middleware.RejectStoreError(cause, "email", func(code string) string {
 		codes = append(codes, code)
 		return "waited too long for email"
 	})
 	require.Equal(t, []string{middleware.CodeTimeout}, codes)
-	require.Equal(t, middleware.RejectStoreError(cause, "email", "waited too long for email").Error(), err.Error())
+	require.EqualError(t, err, "timeout: email: waited too long for email: lockstore: lock wait timed out: node 2")
 	var rej *middleware.Rejection
 	require.ErrorAs(t, err, &rej)
 	require.Equal(t, "email", rej.Field)
@@ -155,7 +158,7 @@ func TestRejectStoreErrorBy(t *testing.T) {
 // storeCode returns the code of the rejection RejectStoreError makes of err.
 func storeCode(err error) string {
 	var rej *middleware.Rejection
-	if !errors.As(middleware.RejectStoreError(err, "", "x"), &rej) {
+	if !errors.As(middleware.RejectStoreError(err, "", msg("x")), &rej) {
 		return ""
 	}
 	return rej.Code

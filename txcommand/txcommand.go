@@ -254,7 +254,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		if id := m.key(p); id != "" {
 			r.key = lockstore.Key{Namespace: idempotency.DefaultNamespace + "." + cmp.Or(p.CommandName, fmt.Sprintf("%T", p.Command)), ID: id}
 			if err := r.key.Validate(); err != nil {
-				p.Halt(middleware.RejectStoreError(err, "", "the idempotency key cannot be used: too long or not UTF-8"))
+				p.Halt(middleware.RejectStoreError(err, "", func(string) string { return "the idempotency key cannot be used: too long or not UTF-8" }))
 				return
 			}
 			fp, err := fingerprint(m.fingerprint, p.Command)
@@ -281,7 +281,7 @@ func (m *Middleware) BeforeDispatch(ctx context.Context, p *middleware.Pipeline)
 		}
 		k := lockstore.Key{Namespace: rule.names.Scope, ID: v}
 		if err := k.Validate(); err != nil {
-			p.Halt(middleware.RejectStoreError(err, rule.names.Field, "the value cannot be claimed: too long or not UTF-8"))
+			p.Halt(middleware.RejectStoreError(err, rule.names.Field, func(string) string { return "the value cannot be claimed: too long or not UTF-8" }))
 			return
 		}
 		keys = append(keys, k)
@@ -333,10 +333,13 @@ func (m *Middleware) haltBegin(ctx context.Context, p *middleware.Pipeline, err 
 	switch {
 	case ctx.Err() != nil || p.Context().Err() != nil:
 		p.Halt(fmt.Errorf("txcommand: begin: %w", err))
-	case errors.Is(err, lockstore.ErrTimeout):
-		p.Halt(middleware.RejectStoreError(err, "", "waited more than %v for the commands ahead of this one on the same values, try again", m.timeout))
-	case errors.Is(err, lockstore.ErrInvalidKey):
-		p.Halt(middleware.RejectStoreError(err, "", "the command's keys cannot be claimed"))
+	case errors.Is(err, lockstore.ErrTimeout), errors.Is(err, lockstore.ErrInvalidKey):
+		p.Halt(middleware.RejectStoreError(err, "", func(code string) string {
+			if code == middleware.CodeTimeout {
+				return fmt.Sprintf("waited more than %v for the commands ahead of this one on the same values, try again", m.timeout)
+			}
+			return "the command's keys cannot be claimed"
+		}))
 	default:
 		p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeNotApplied, "",
 			"the command's transaction could not begin: nothing applied, try again"), err))

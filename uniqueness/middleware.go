@@ -414,12 +414,12 @@ func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets [
 	case ctx.Err() != nil:
 		p.Halt(fmt.Errorf("uniqueness: claim on field %s: %w", field, err))
 	default:
-		p.Halt(middleware.RejectStoreErrorBy(err, field, func(code string) string { return storeMessage(code, field, m.timeout) }))
+		p.Halt(middleware.RejectStoreError(err, field, func(code string) string { return storeMessage(code, field, m.timeout) }))
 	}
 }
 
 // storeMessage is the message of the rejection with code of a claim on
-// field whose store failed (see middleware.RejectStoreErrorBy).
+// field whose store failed (see middleware.RejectStoreError).
 func storeMessage(code, field string, timeout time.Duration) string {
 	switch code {
 	case middleware.CodeTimeout:
