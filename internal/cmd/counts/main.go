@@ -2,9 +2,11 @@
 // each public package and their total, the non-test Go lines, the largest
 // library file, the longest doc comment, and the bytes of each Markdown
 // file. Flags set limits; passing one prints what passed it and exits 1.
-// With no flags it only prints.
+// With no flags it only prints. -links also fails on a relative link of a
+// Markdown file to a file the tree does not have, or to a heading its
+// Markdown file does not have.
 //
-//	go run ./internal/cmd/counts [-root .] [-max-exported N] [-max-file-lines N] [-max-doc-lines N] [-max-readme-bytes N]
+//	go run ./internal/cmd/counts [-root .] [-max-exported N] [-max-file-lines N] [-max-doc-lines N] [-max-readme-bytes N] [-links]
 //
 // A public package is one outside internal/, example_app/, examples/ and
 // test/ that is not test support (lockstoretest, claimstoretest, bustest).
@@ -46,6 +48,7 @@ var readmes = []string{"README.md", "example_app/README.md"}
 // limits are the flags; zero means no limit.
 type limits struct {
 	exported, fileLines, docLines, readmeBytes int
+	links                                      bool
 }
 
 // fileSize is a file and a size (lines or bytes).
@@ -79,6 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.IntVar(&lim.fileLines, "max-file-lines", 0, "most lines of a library file (0: no limit)")
 	fl.IntVar(&lim.docLines, "max-doc-lines", 0, "most lines of a doc comment (0: no limit)")
 	fl.IntVar(&lim.readmeBytes, "max-readme-bytes", 0, "most bytes of README.md and example_app/README.md (0: no limit)")
+	fl.BoolVar(&lim.links, "links", false, "every relative Markdown link names a file of the tree, and its #anchor a heading")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -89,6 +93,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c.print(stdout)
 	passed := c.check(lim)
+	if lim.links {
+		md := make([]string, len(c.markdown))
+		for i, f := range c.markdown {
+			md[i] = f.path
+		}
+		broken, err := brokenLinks(*root, md)
+		if err != nil {
+			fmt.Fprintln(stderr, "counts:", err)
+			return 2
+		}
+		passed = append(passed, broken...)
+	}
 	for _, p := range passed {
 		fmt.Fprintln(stderr, "limit passed:", p)
 	}

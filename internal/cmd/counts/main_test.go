@@ -125,3 +125,22 @@ func TestCountsRejectsABadFlag(t *testing.T) {
 	require.Equal(t, 2, run([]string{"-max-exported", "many"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "invalid value")
 }
+
+// -links names each relative link to a missing file or heading, and
+// leaves alone web links, links inside code fences and links to files
+// that are not Markdown.
+func TestCountsLinks(t *testing.T) {
+	t.Parallel()
+	root := writeTree(t)
+	doc := "# Guide\n\n## The `Lock` contract, in short\n\n" +
+		"[ok](../README.md#m) [ok](#the-lock-contract-in-short) [ok](../a/a.go) [ok](https://x.org/y.md#z)\n" +
+		"[gone](missing.md) [gone](../README.md#nowhere) [gone](#nor-here)\n" +
+		"```\n[fenced](ignored.md)\n```\n"
+	require.NoError(t, os.WriteFile(filepath.Join(root, "docs", "guide.md"), []byte(doc), 0o600))
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 1, run([]string{"-root", root, "-links"}, &stdout, &stderr))
+	require.Equal(t, `limit passed: docs/guide.md: link to missing.md: no such file
+limit passed: docs/guide.md: link to ../README.md#nowhere: README.md has no heading #nowhere
+limit passed: docs/guide.md: link to #nor-here: docs/guide.md has no heading #nor-here
+`, stderr.String())
+}
