@@ -13,7 +13,7 @@
 // run longer than AckWait. A node that dies or loses its connection stops
 // renewing: the server delivers its commands again, to another node,
 // at most AckWait (default 5 s) after its last renewal. A command whose
-// sender's deadline (bus.MetadataDeadline, by the receiving node's clock)
+// sender's deadline (metadata claimbus_deadline, by the receiving node's clock)
 // has passed when a node takes it is terminated: not handled, not
 // answered, never delivered again. So a dead node's command is answered
 // in time when AckWait plus its handler fit in what is left of its

@@ -35,7 +35,7 @@ type subscriber struct {
 	// acked without waiting (a reply delivered twice is dropped).
 	ackSync bool
 	// dropExpired terminates a command whose sender's deadline
-	// (bus.MetadataDeadline) has passed instead of handing it over.
+	// (metadata claimbus_deadline) has passed instead of handing it over.
 	dropExpired bool
 }
 

@@ -94,7 +94,7 @@ var _ lockstore.TxLocker[*sql.Tx, Querier] = (*Store)(nil)
 // panics, the transaction rolls back: the error comes back as is, joined
 // with the rollback's error (wrapped) if that failed too, and a panic goes
 // on after the rollback and the release. When the store ends the lock
-// before the commit (Close, Reset, a lease that ran out), the transaction
+// before the commit (Close, a lease that ran out), the transaction
 // rolls back and the error matches lockstore.ErrLockLost. A failed commit
 // comes back wrapped.
 //
@@ -113,7 +113,7 @@ func (s *Store) Serialize(ctx context.Context, key lockstore.Key, fn func(ctx co
 //
 // fn's ctx carries a fencing token (lockstore.TokenFrom), as in Serialize.
 // It is cancelled, with a cause matching lockstore.ErrLockLost, when the
-// store ends the lock (Close, Reset, a lease that ran out); the error then
+// store ends the lock (Close, a lease that ran out); the error then
 // matches lockstore.ErrLockLost too. ctx bounds the wait for the lock.
 //
 // Inside an open transaction carried by ctx (see Serialize), Exclusive is
