@@ -121,8 +121,8 @@ type Config struct {
 	// HandlerConcurrency bounds how many commands this bus handles at once,
 	// on as many goroutines, started on demand and kept until Close; more
 	// commands wait (a Send blocks, a message stays unread). Default
-	// 64. A transport may hand over fewer at once (bus/sqltransport:
-	// its Config.Consumers).
+	// 64. A transport may hand over fewer at once: bus/sqltransport hands
+	// over one message per topic at a time.
 	HandlerConcurrency int
 
 	// CloseTimeout is how long Close waits for running handlers before it
