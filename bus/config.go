@@ -54,7 +54,7 @@ func defaultName(cmd any) string {
 // defaultMarshaler returns the marshaler a bus uses when Config.Marshaler
 // is nil: JSON payloads, names from defaultName, UUID message ids.
 func defaultMarshaler() cqrs.CommandEventMarshaler {
-	return cqrs.JSONMarshaler{GenerateName: defaultName, NewUUID: newUUID}
+	return cqrs.JSONMarshaler{GenerateName: defaultName, NewUUID: uuid.NewString}
 }
 
 // Config configures a Bus. The zero Config is a working in-process bus.

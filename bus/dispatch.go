@@ -72,9 +72,7 @@ func (b *Bus) dispatch(ctx context.Context, cmd any) (r reply, id, name string, 
 		err = b.publish(ctx, msg, name)
 	}
 	if err != nil {
-		if b.waiters.remove(id) {
-			replyChans.Put(ch)
-		}
+		b.waiters.remove(id)
 		if ctx.Err() != nil {
 			// The deadline passed while publishing (a slow first publish
 			// that creates its topic's table, say): a timeout like any.

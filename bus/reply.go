@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 
 	"github.com/claimbus/claimbus/internal/wire"
 	"github.com/claimbus/claimbus/middleware"
@@ -68,23 +69,16 @@ type waiters struct {
 	closed bool // by failAll: no new waiter
 }
 
-// replyChans pools the reply channels of Dispatch: a channel goes back
-// once its one reply is taken, or once its waiter is removed unanswered.
-// A Dispatch, in process or over a transport, then allocates no channel.
-var replyChans = sync.Pool{New: func() any { return make(chan reply, 1) }}
-
 // add registers a waiter for id.
 func (w *waiters) add(id string) (chan reply, error) {
-	ch := replyChans.Get().(chan reply)
+	ch := make(chan reply, 1)
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		replyChans.Put(ch)
 		return nil, ErrClosed
 	}
 	if _, dup := w.m[id]; dup {
 		w.mu.Unlock()
-		replyChans.Put(ch)
 		return nil, fmt.Errorf("bus: command id %s is already waiting for a reply", id)
 	}
 	w.m[id] = ch
@@ -153,17 +147,13 @@ func (w *waiters) len() int {
 func (b *Bus) wait(ctx context.Context, ch chan reply, id, name string) (reply, error) {
 	select {
 	case r := <-ch:
-		replyChans.Put(ch)
 		return r, nil
 	case <-ctx.Done():
 		if b.waiters.remove(id) {
-			replyChans.Put(ch)
 			return reply{}, timeoutError(ctx, id, name)
 		}
 		// The reply is being handed over: take it.
-		r := <-ch
-		replyChans.Put(ch)
-		return r, nil
+		return <-ch, nil
 	}
 }
 
@@ -200,7 +190,7 @@ func (b *Bus) sendReply(cmd *message.Message, replyTo string, r reply) {
 		}
 		return
 	}
-	msg := message.NewMessage(newUUID(), r.result)
+	msg := message.NewMessage(uuid.NewString(), r.result)
 	msg.Metadata.Set(wire.MetadataCommandID, cmd.UUID)
 	wire.SetReplyError(msg, r.errb)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)

@@ -80,10 +80,6 @@ type keyState struct {
 // TableKey is the key of the state in its shard's table.
 func (st *keyState) TableKey() lockstore.Key { return st.key }
 
-// statePool recycles keyStates, so that an uncontended claim does not
-// allocate one.
-var statePool = sync.Pool{New: func() any { return new(keyState) }}
-
 // makeClaimer returns a claimer that takes keys on l.
 func makeClaimer(l lockstore.Locker) *claimer {
 	p, _ := l.(lockext.Prober[lockstore.Key, lockstore.Lock])
@@ -165,8 +161,7 @@ func (c *claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 	sh.mu.Lock()
 	st := sh.keys.Get(h, key)
 	if st == nil {
-		st = statePool.Get().(*keyState)
-		st.key, st.hash = key, h
+		st = &keyState{key: key, hash: h}
 		sh.keys.Put(h, st)
 	}
 	st.refs++
@@ -316,8 +311,6 @@ func (sh *shard) leave(st *keyState) {
 	if st.cancel != nil {
 		st.cancel()
 	}
-	*st = keyState{}
-	statePool.Put(st)
 }
 
 // len returns the number of keys the claimer keeps now: those that
