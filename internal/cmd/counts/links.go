@@ -22,12 +22,13 @@ var (
 )
 
 // brokenLinks returns one line for each relative link in the Markdown
-// files (paths relative to root) whose file is not in the tree, or whose
-// #anchor names no heading of its Markdown file.
-func brokenLinks(root string, files []string) ([]string, error) {
+// files md whose file is not in the tree under root, or whose #anchor
+// names no heading of its Markdown file.
+func brokenLinks(root string, md []fileSize) ([]string, error) {
 	anchors := map[string][]string{} // Markdown file → its heading anchors
 	text := map[string]string{}
-	for _, f := range files {
+	for _, file := range md {
+		f := file.path
 		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
 		if err != nil {
 			return nil, err
@@ -39,16 +40,17 @@ func brokenLinks(root string, files []string) ([]string, error) {
 		}
 	}
 	var broken []string
-	for _, f := range files {
+	for _, file := range md {
+		f := file.path
 		for _, m := range mdLink.FindAllStringSubmatch(text[f], -1) {
 			target := m[1]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			file, frag, _ := strings.Cut(target, "#")
+			linked, frag, _ := strings.Cut(target, "#")
 			dest := f
-			if file != "" {
-				dest = path.Clean(path.Join(path.Dir(f), file))
+			if linked != "" {
+				dest = path.Clean(path.Join(path.Dir(f), linked))
 				if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(dest))); err != nil {
 					broken = append(broken, fmt.Sprintf("%s: link to %s: no such file", f, target))
 					continue

@@ -94,11 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c.print(stdout)
 	passed := c.check(lim)
 	if lim.links {
-		md := make([]string, len(c.markdown))
-		for i, f := range c.markdown {
-			md[i] = f.path
-		}
-		broken, err := brokenLinks(*root, md)
+		broken, err := brokenLinks(*root, c.markdown)
 		if err != nil {
 			fmt.Fprintln(stderr, "counts:", err)
 			return 2
