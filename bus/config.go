@@ -122,7 +122,7 @@ type Config struct {
 	// on as many goroutines, started on demand and kept until Close; more
 	// commands wait (a Send blocks, a message stays unread). Default
 	// 64. A transport may hand over fewer at once: bus/sqltransport hands
-	// over one message per topic at a time.
+	// over at most 64 per topic.
 	HandlerConcurrency int
 
 	// CloseTimeout is how long Close waits for running handlers before it

@@ -27,6 +27,9 @@ const (
 	// defaultAckDeadline is how long a message may stay unacked before the
 	// transport gives it to another consumer.
 	defaultAckDeadline = 30 * time.Second
+	// minAckDeadline keeps a lease (a third of it) and its renewals (a
+	// third of the lease) long enough to be worth a round trip.
+	minAckDeadline = 30 * time.Millisecond
 	// defaultRetryInterval is how long a subscription waits after a
 	// database error.
 	defaultRetryInterval = time.Second
@@ -68,9 +71,10 @@ type Config struct {
 	ReplyPollInterval time.Duration
 
 	// AckDeadline is how long a message may stay unacked before the
-	// transport rolls its delivery back and hands it to a consumer again.
-	// Longer than the slowest handler, or a command is handled twice.
-	// Default 30s.
+	// transport stops renewing its lease, so that a consumer gets it again
+	// when the lease ends (a third of AckDeadline, at most 5s; the lease
+	// of a node that died ends the same way). Longer than the slowest
+	// handler, or a command is handled twice. Default 30s, at least 30ms.
 	AckDeadline time.Duration
 
 	// RetryInterval is how long a subscription waits after a database
@@ -107,6 +111,9 @@ func (c Config) validate() error {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("sqltransport: %s is negative (%v)", d.name, d.v))
 		}
+	}
+	if c.AckDeadline > 0 && c.AckDeadline < minAckDeadline {
+		errs = append(errs, fmt.Errorf("sqltransport: AckDeadline %v is shorter than %v", c.AckDeadline, minAckDeadline))
 	}
 	if c.TablePrefix != "" && !validPrefix.MatchString(c.TablePrefix) {
 		errs = append(errs, fmt.Errorf("sqltransport: TablePrefix %q: letters, digits and _ only", c.TablePrefix))

@@ -3,6 +3,7 @@ package sqltransport
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -21,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		}, []string{"NodeID is required", "PollInterval is negative", "ReplyPollInterval is negative",
 			"AckDeadline is negative", "RetryInterval is negative", "TablePrefix"}},
 		{"bad node id", Config{NodeID: "a$b c"}, []string{"invalid topic"}},
+		{"ack deadline too short", Config{NodeID: "x", AckDeadline: 29 * time.Millisecond}, []string{"AckDeadline 29ms is shorter than 30ms"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,8 +2,6 @@ package sqltransport
 
 import (
 	"context"
-	stdsql "database/sql"
-	"errors"
 	"fmt"
 	"hash/fnv"
 
@@ -34,14 +32,10 @@ func tableName(prefix, topic string) string {
 // prefix rule, so they hold no double quote.
 func quote(table string) string { return `"` + table + `"` }
 
-// queueSchema is the watermill-sql schema of the transport: Watermill's
-// PostgreSQL queue schema (no consumer groups, a row per message, deleted
-// on ack), with two changes. Consumers lock the row they take with FOR
-// UPDATE SKIP LOCKED, so the consumers of every node share a topic and each
-// message goes to one of them; and no snapshot horizon holds messages back,
-// so a handler's open transaction does not delay other commands (the
-// default schema delivers nothing newer than the oldest running
-// transaction, which deadlocks a handler that dispatches and waits).
+// queueSchema is the watermill-sql schema of the transport's publisher:
+// Watermill's PostgreSQL queue schema (a row per message), on tables of
+// the transport's own shape (see SchemaInitializingQueries). The
+// transport's subscriptions read them without watermill-sql.
 type queueSchema struct {
 	wsql.PostgreSQLQueueSchema
 	table func(topic string) string
@@ -53,30 +47,16 @@ func newQueueSchema(prefix string) queueSchema {
 		PostgreSQLQueueSchema: wsql.PostgreSQLQueueSchema{
 			GenerateMessagesTableName: table,
 			GeneratePayloadType:       func(string) string { return "BYTEA" },
-			SubscribeBatchSize:        1,
 		},
 		table: table,
 	}
 }
 
-// SelectQuery takes the oldest message nobody holds.
-func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
-	if params.ConsumerGroup != "" {
-		return wsql.Query{}, errors.New("sqltransport: consumer groups are not used")
-	}
-	return wsql.Query{Query: `SELECT "offset", uuid, payload, metadata FROM ` + s.table(params.Topic) +
-		` WHERE acked = false ORDER BY "offset" LIMIT 1 FOR UPDATE SKIP LOCKED`}, nil
-}
-
-// SubscribeIsolationLevel is READ COMMITTED: with SKIP LOCKED, a consumer
-// never fails on a row another consumer just took.
-func (s queueSchema) SubscribeIsolationLevel() stdsql.IsolationLevel {
-	return stdsql.LevelReadCommitted
-}
-
 // SchemaInitializingQueries returns the statements that create topic's
 // table and its notify trigger; they are idempotent, and run in one
-// transaction behind an advisory lock (see initTopic).
+// transaction behind an advisory lock (see initTopic). A message is
+// leased to the node handling it until claimed_until; a table of an
+// earlier version gets that column added.
 func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	t := s.table(params.Topic)
 	lit := "'" + t + "'" // a valid name holds no single quote either
@@ -86,9 +66,16 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 			"uuid" TEXT NOT NULL,
 			"payload" BYTEA,
 			"metadata" JSON,
-			"acked" BOOLEAN NOT NULL DEFAULT FALSE,
-			"created_at" TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP
+			"created_at" TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
+			"claimed_until" TIMESTAMPTZ NOT NULL DEFAULT '-infinity'
 		)`},
+		// Checked first: ALTER TABLE would lock the table even when the
+		// column is there.
+		{Query: `DO $$ BEGIN
+			IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ` + lit + `::regclass AND attname = 'claimed_until' AND NOT attisdropped) THEN
+				ALTER TABLE ` + t + ` ADD COLUMN "claimed_until" TIMESTAMPTZ NOT NULL DEFAULT '-infinity';
+			END IF;
+		END $$`},
 		{Query: `CREATE OR REPLACE FUNCTION claimbus_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN
 				PERFORM pg_notify('` + notifyChannel + `', TG_TABLE_NAME);

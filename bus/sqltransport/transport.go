@@ -15,7 +15,6 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/bus/internal/transport"
-	"github.com/claimbus/claimbus/internal/pgerr"
 )
 
 // Transport carries the commands and replies of a bus through PostgreSQL
@@ -51,10 +50,9 @@ type Transport struct {
 // the pool, with the pool's settings) that LISTENs for new messages; ctx
 // bounds that connection's opening.
 //
-// The pool serves the transport alone, or has room for it: each command
-// subscription holds a connection, in a transaction, while its handler
-// runs, and the reply subscription one while it routes a reply. Handlers
-// that write through the same pool need a connection more each.
+// A subscription holds a pool connection only for its queries: one to
+// take up to 64 messages, one to settle every ack, hand-back and lease
+// renewal waiting, so a small pool serves many topics and handlers.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("sqltransport: nil pool")
@@ -97,8 +95,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Transport, error
 // BusConfig returns cfg with the transport's publishers and subscribers
 // and its node id set, ready for bus.New. The publisher INSERTs into the
 // topic's table (created on first use), committing on its own, with the
-// message's context. The command subscriber hands over one message at a
-// time and waits for its ack. The reply subscriber polls every
+// message's context. A command subscription hands over up to 64 messages
+// at once, each leased to this node until it is acked. The reply
+// subscription polls every
 // ReplyPollInterval when no notification wakes it, and is a
 // bus.LossNotifier (see the package doc).
 func (t *Transport) BusConfig(cfg bus.Config) bus.Config {
@@ -119,22 +118,6 @@ func (t *Transport) Close() error {
 		t.wg.Wait()
 	})
 	return nil
-}
-
-// lostOnQueryError returns what a subscription under ctx calls with its
-// query errors: with DisableNotify, a connection error is the first sign
-// of a lost connection (there is no LISTEN connection to see it), and
-// tells the buses; otherwise nil, since the LISTEN connection sees it as
-// soon as it happens.
-func (t *Transport) lostOnQueryError(ctx context.Context) func(error) {
-	if !t.cfg.DisableNotify {
-		return nil
-	}
-	return func(err error) {
-		if pgerr.IsConnectionError(ctx, err) {
-			t.lost(err)
-		}
-	}
 }
 
 func (t *Transport) closed() bool {
@@ -190,18 +173,18 @@ func isUndefinedTable(err error) bool {
 // Close closes the publisher; the transport's Close does it too.
 func (p *publisher) Close() error { return p.inner.Close() }
 
-// subscriber starts one watermill-sql subscriber per subscription, each
-// with a backoff that notifications of its table wake.
+// subscriber starts a subscription (see subscription) per Subscribe.
 type subscriber struct {
 	t    *Transport
 	poll time.Duration
 
 	mu     sync.Mutex
-	subs   []*wsql.Subscriber
+	subs   []*subscription
 	closed bool
 }
 
-// Subscribe creates topic's table if needed and returns its messages.
+// Subscribe creates topic's table if needed and returns its messages,
+// until ctx ends or the subscriber or the transport closes.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.t.closed() {
 		return nil, fmt.Errorf("sqltransport: subscribe: %w", bus.ErrClosed)
@@ -209,34 +192,14 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err := s.t.initTopic(ctx, topic); err != nil {
 		return nil, err
 	}
-	ackDeadline := s.t.cfg.AckDeadline
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(s.t.pool), wsql.SubscriberConfig{
-		AckDeadline:    &ackDeadline,
-		PollInterval:   s.poll,
-		ResendInterval: s.poll,
-		RetryInterval:  s.t.cfg.RetryInterval,
-		BackoffManager: &backoff{
-			w:     s.t.wakeFor(tableName(s.t.cfg.TablePrefix, topic)),
-			poll:  s.poll,
-			retry: s.t.cfg.RetryInterval,
-			done:  ctx.Done(),
-			stop:  s.t.stop,
-			lost:  s.t.lostOnQueryError(ctx),
-		},
-		SchemaAdapter:  s.t.schema,
-		OffsetsAdapter: wsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true, GenerateMessagesTableName: s.t.schema.table},
-	}, s.t.logger)
-	if err != nil {
-		return nil, fmt.Errorf("sqltransport: %w", err)
-	}
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.closed || s.t.closed() {
 		return nil, fmt.Errorf("sqltransport: subscribe: %w", bus.ErrClosed)
 	}
+	sub := s.t.subscribe(ctx, topic, s.poll)
 	s.subs = append(s.subs, sub)
-	s.mu.Unlock()
-	return sub.Subscribe(ctx, topic)
+	return sub.out, nil
 }
 
 // NotifyLoss makes the subscriber a bus.LossNotifier: f is called with the
@@ -273,11 +236,10 @@ func (s *subscriber) Close() error {
 
 func (s *subscriber) close() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.closed = true
-	subs := s.subs
-	s.subs = nil
-	s.mu.Unlock()
-	for _, sub := range subs {
-		_ = sub.Close()
+	for _, sub := range s.subs {
+		sub.cancel()
 	}
+	s.subs = nil
 }

@@ -2,11 +2,9 @@ package sqltransport
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -114,72 +112,4 @@ func (t *Transport) connectListener(ctx context.Context) (*pgx.Conn, error) {
 		return nil, err
 	}
 	return conn, nil
-}
-
-// backoff is the watermill-sql BackoffManager of one subscription. An idle
-// subscription waits for a notification of its table or PollInterval,
-// whichever comes first; watermill-sql calls it from the subscription's
-// single goroutine, so seen needs no lock.
-type backoff struct {
-	w     *wake
-	seen  uint64 // notifications counted when the last query started
-	poll  time.Duration
-	retry time.Duration
-	done  <-chan struct{} // the subscription's context
-	stop  <-chan struct{} // the transport is closing
-	lost  func(error)     // told of query errors; nil: none
-}
-
-// HandleError waits, then returns 0: the subscription queries again at
-// once.
-func (b *backoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
-	switch {
-	case err != nil:
-		if b.stopping() {
-			return 0
-		}
-		msg := strings.ToLower(err.Error())
-		if strings.Contains(msg, "deadlock") || strings.Contains(msg, "concurrent update") {
-			return 0
-		}
-		logger.Error("Error querying for messages", err, watermill.LogFields{"wait_time": b.retry})
-		if b.lost != nil {
-			b.lost(err)
-		}
-		b.sleep(b.retry, nil)
-		return 0
-	case !noMsg:
-		return 0
-	}
-	n, ch := b.w.state()
-	if n != b.seen {
-		// A message committed since the last look: look again now.
-		b.seen = n
-		return 0
-	}
-	b.sleep(b.poll, ch)
-	b.seen, _ = b.w.state()
-	return 0
-}
-
-func (b *backoff) sleep(d time.Duration, wake <-chan struct{}) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-wake:
-	case <-b.done:
-	case <-b.stop:
-	}
-}
-
-func (b *backoff) stopping() bool {
-	select {
-	case <-b.done:
-		return true
-	case <-b.stop:
-		return true
-	default:
-		return false
-	}
 }
