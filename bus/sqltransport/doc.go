@@ -1,17 +1,28 @@
 // Package sqltransport carries the commands and replies of a bus through
-// PostgreSQL, with watermill-sql and a pgxpool, so that several nodes
-// share one queue per command.
+// PostgreSQL and a pgxpool, so that several nodes share one queue per
+// command.
 //
 //	t, err := sqltransport.New(ctx, pool, sqltransport.Config{NodeID: "node-a"})
 //	defer t.Close()
 //	b, err := bus.New(t.BusConfig(bus.Config{Middleware: mws}))
 //	defer b.Close() // before t.Close
 //
-// Each topic is a table; a subscription takes the oldest row nobody holds
-// (SKIP LOCKED) and deletes it when the message is acked, so each command
-// is handled by one node. A handler writes through its own pool or
-// transaction, never the subscription's, so that its writes commit before
-// the after hooks release its claims.
+// Each topic is a table, a message a row. The contract:
+//
+//   - A message is handed to one subscription at a time: a query leases up
+//     to 64 of the oldest rows nobody holds (SKIP LOCKED) to the node until
+//     claimed_until, and the node renews the lease while its handler runs.
+//   - An acked message is deleted; a nacked one, or one still held when
+//     its subscription ends, is handed back at once.
+//   - A node that dies (or loses the database) renews nothing: its
+//     messages go to another node when their lease ends, a third of
+//     AckDeadline and at most 5s, plus that node's PollInterval.
+//   - A message unacked after AckDeadline is no longer renewed and is
+//     delivered again: delivery is at least once, in no promised order.
+//
+// No connection is held while a handler runs, and the handler's writes go
+// through its own pool or transaction, committed before the after hooks
+// release its claims.
 //
 // While the database cannot be reached, Publish fails with an error
 // matching middleware.ErrUnavailable (so a Dispatch does too), whose

@@ -18,8 +18,8 @@ import (
 )
 
 // Transport carries the commands and replies of a bus through PostgreSQL
-// tables with watermill-sql: one table per topic, a row per message,
-// deleted when the message is acked.
+// tables, published to with watermill-sql: one table per topic, a row per
+// message, deleted when the message is acked.
 type Transport struct {
 	cfg    Config
 	pool   *pgxpool.Pool
