@@ -42,6 +42,10 @@ type Backend interface {
 	// that a retry may get past, answered 503. A timeout of ctx's own is
 	// not one.
 	isUnavailable(ctx context.Context, err error) bool
+	// isBusy reports whether err, one isUnavailable accepts, means that
+	// the database is up but other writers kept it past the wait for its
+	// write lock: an overload, answered 503 saying so.
+	isBusy(err error) bool
 	// held lists the locks and claims held now, by every node of the
 	// database (lockstore.Store.Held).
 	held(ctx context.Context) ([]lockstore.Holder, error)

@@ -76,6 +76,10 @@ func (pgBackend) isUnavailable(ctx context.Context, err error) bool {
 		errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrClosed) || errors.Is(err, claimstore.ErrUnavailable)
 }
 
+// isBusy: never; a writer waits in PostgreSQL's lock queue, within the
+// request's deadline.
+func (pgBackend) isBusy(error) bool { return false }
+
 // isBadValue: SQLSTATE class 22 (data exception: a NUL byte, bytes that
 // are not UTF-8, a value out of range) and 54000 (a value too long for an
 // index).

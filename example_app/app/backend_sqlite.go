@@ -82,6 +82,13 @@ func (sqliteBackend) isUnavailable(ctx context.Context, err error) bool {
 		(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded))
 }
 
+// isBusy: SQLITE_BUSY or SQLITE_LOCKED, another writer held the database
+// past the busy timeout.
+func (sqliteBackend) isBusy(err error) bool {
+	var e *moderncsqlite.Error
+	return errors.As(err, &e) && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
+}
+
 // isBadValue: a value too big for SQLite.
 func (sqliteBackend) isBadValue(err error) bool {
 	var e *moderncsqlite.Error

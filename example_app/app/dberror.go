@@ -20,6 +20,10 @@ import (
 // driver's error is wrapped beside it and logged, never sent.
 var errDBUnavailable = &middleware.Rejection{Code: middleware.CodeUnavailable, Message: "the database cannot be reached now, try again"}
 
+// errDBBusy is errDBUnavailable for a database that answers but was kept
+// busy by other writers past the wait for its write lock: an overload.
+var errDBBusy = &middleware.Rejection{Code: middleware.CodeUnavailable, Message: "the database is busy with other writes, try again"}
+
 // errStopped is what a command is answered whose context was cancelled
 // while it ran: its lock or claim was lost, or the node is stopping. What
 // it wrote in a transaction is rolled back.
@@ -31,7 +35,8 @@ var errStopped = &middleware.Rejection{Code: middleware.CodeUnavailable, Message
 var errBadValue = &middleware.Rejection{Code: middleware.CodeInvalid, Message: "a value of the request cannot be stored"}
 
 // dbError returns err, from the database under ctx, as the node answers
-// it: an outage matches errDBUnavailable (and middleware.ErrUnavailable),
+// it: an outage matches errDBUnavailable, an overload errDBBusy (both
+// middleware.ErrUnavailable),
 // a cancelled handler errStopped, a refused value errBadValue (logged: the
 // validation has a gap), each with
 // err wrapped beside the rejection; anything else, rejections included, is
@@ -41,6 +46,8 @@ func (n *Node) dbError(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.As(err, &rej):
 		return err
+	case n.backend.isUnavailable(ctx, err) && n.backend.isBusy(err):
+		return fmt.Errorf("%w: %w", errDBBusy, err)
 	case n.backend.isUnavailable(ctx, err):
 		return fmt.Errorf("%w: %w", errDBUnavailable, err)
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
