@@ -162,3 +162,100 @@ func TestSlowHandlerOutlivesItsLease(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load(), "one run")
 	eventually(t, func() bool { return rows(t, a.pool, "command."+a.bus.CommandName(&Block{})) == 0 }, "the ack")
 }
+
+// Three nodes share a storm of commands; node a crashes (its connections
+// cut, nothing acked) while its handlers hold some of them, then starts
+// again under the same name. Every command is answered within its
+// deadline, the ones a held by b or c once their lease ran out; each runs
+// once on a live node; the restarted a handles and sends commands again;
+// nothing is left in the table.
+func TestThreeNodesCrashAndRestart(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	release := make(chan struct{})
+	defer close(release)
+	var (
+		mu   sync.Mutex
+		runs = map[int]int{} // command → runs on a live node
+		held atomic.Int32    // commands node a holds
+	)
+	live := func(id string) func(*bus.Bus) {
+		return func(b *bus.Bus) {
+			require.NoError(t, bus.Handle(b, func(_ context.Context, c *Block) (string, error) {
+				mu.Lock()
+				runs[c.ID]++
+				mu.Unlock()
+				return id, nil
+			}))
+		}
+	}
+	dialer := newCrashableNode(t, dsn, "a", func(b *bus.Bus) {
+		require.NoError(t, bus.Handle(b, func(_ context.Context, c *Block) (string, error) {
+			// Node a takes commands and never finishes them: it crashes.
+			held.Add(1)
+			<-release
+			return "a", nil
+		}))
+	})
+	nodes := []*node{
+		newNode(t, dsn, "b", sqltransport.Config{}, bus.Config{}, live("b")),
+		newNode(t, dsn, "c", sqltransport.Config{}, bus.Config{}, live("c")),
+	}
+
+	const commands, senders = 300, 24
+	type outcome struct {
+		got     string
+		err     error
+		elapsed time.Duration
+	}
+	out := make([]outcome, commands)
+	next := atomic.Int32{}
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= commands {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+				start := time.Now()
+				got, err := bus.Dispatch[string](ctx, nodes[i%2].bus, &Block{ID: i})
+				cancel()
+				out[i] = outcome{got, err, time.Since(start)}
+			}
+		})
+	}
+	eventually(t, func() bool { return held.Load() >= 5 }, "node a holds commands")
+	dialer.crash()
+	wg.Wait()
+
+	var slowest time.Duration
+	for i, o := range out {
+		require.NoError(t, o.err, "command %d", i)
+		require.Contains(t, []string{"b", "c"}, o.got, "command %d", i)
+		slowest = max(slowest, o.elapsed)
+	}
+	mu.Lock()
+	for i := range commands {
+		require.Equal(t, 1, runs[i], "runs of command %d on b and c", i)
+	}
+	mu.Unlock()
+	t.Logf("node a held %d commands when it crashed; the slowest answer took %v", held.Load(), slowest.Round(time.Millisecond))
+
+	// Node a again, same name: it handles commands and sends them.
+	a2 := newNode(t, dsn, "a", sqltransport.Config{}, bus.Config{}, live("a"))
+	eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		got, err := bus.Dispatch[string](ctx, nodes[0].bus, &Block{ID: commands + int(next.Add(1))})
+		return err == nil && got == "a"
+	}, "the restarted node a handles a command")
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	got, err := bus.Dispatch[string](ctx, a2.bus, &Block{ID: -1})
+	require.NoError(t, err, "a dispatch from the restarted node a")
+	require.Contains(t, []string{"a", "b", "c"}, got)
+	topic := "command." + a2.bus.CommandName(&Block{})
+	eventually(t, func() bool { return rows(t, a2.pool, topic) == 0 }, "every command of "+topic+" acked")
+}
