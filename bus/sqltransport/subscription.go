@@ -109,7 +109,7 @@ func (s *subscription) fetchLoop(fetched chan<- struct{}) {
 			continue
 		}
 		_, woken := s.wake.state() // closed by a notification from now on
-		msgs, err := s.fetch(room)
+		msgs, taken, err := s.fetch(room)
 		if err != nil {
 			s.failed(err)
 			continue
@@ -121,20 +121,23 @@ func (s *subscription) fetchLoop(fetched chan<- struct{}) {
 				// Not handed over: its watcher hands it back.
 			}
 		}
-		if len(msgs) == 0 {
+		if taken < room {
+			// The table held no more: wait for a notification of a
+			// message committed since the fetch began, or the poll.
 			s.sleep(s.poll, woken)
 		}
 	}
 }
 
 // fetch leases up to n messages nobody holds to this node, oldest first,
-// and starts a watcher for each.
-func (s *subscription) fetch(n int) ([]*message.Message, error) {
+// starts a watcher for each and returns them, with how many rows it took
+// (a row that does not parse is taken and deleted, not returned).
+func (s *subscription) fetch(n int) ([]*message.Message, int, error) {
 	rows, err := s.t.pool.Query(s.ctx, `UPDATE `+s.table+` SET claimed_until = now() + $2::bigint * interval '1 microsecond'
 		WHERE "offset" IN (SELECT "offset" FROM `+s.table+` WHERE claimed_until < now() ORDER BY "offset" LIMIT $1 FOR UPDATE SKIP LOCKED)
 		RETURNING "offset", uuid, payload, metadata`, n, s.lease.Microseconds())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	type row struct {
 		offset   int64
@@ -149,7 +152,7 @@ func (s *subscription) fetch(n int) ([]*message.Message, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	slices.SortFunc(got, func(a, b row) int { return cmp.Compare(a.offset, b.offset) })
 	now := time.Now()
@@ -177,7 +180,7 @@ func (s *subscription) fetch(n int) ([]*message.Message, error) {
 	if len(msgs) < len(got) {
 		s.kickLocked()
 	}
-	return msgs, nil
+	return msgs, len(got), nil
 }
 
 // failed logs a query's failure and waits RetryInterval. With
