@@ -46,24 +46,24 @@ func TestSQLiteBusyAnswers503(t *testing.T) {
 	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
 	require.NoError(t, err)
 
-	signUp := func(id string) (*http.Response, map[string]string) {
+	signUp := func(id string) (int, http.Header, map[string]string) {
 		resp, err := srv.Client().Post(srv.URL+"/staff", "application/json",
 			strings.NewReader(`{"staff_id":"`+id+`","email":"`+id+`@example.org","name":"A"}`))
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		var body map[string]string
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-		return resp, body
+		return resp.StatusCode, resp.Header, body
 	}
-	resp, body := signUp("s-1")
-	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	status, header, body := signUp("s-1")
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Equal(t, "1", header.Get("Retry-After"))
 	require.Equal(t, "unavailable", body["code"])
 	require.Contains(t, body["message"], "busy")
 
 	_, err = conn.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
 	require.NoError(t, conn.Close())
-	resp, _ = signUp("s-2")
-	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	status, _, _ = signUp("s-2")
+	require.Equal(t, http.StatusCreated, status)
 }
