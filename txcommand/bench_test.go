@@ -2,6 +2,7 @@ package txcommand_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -99,6 +100,8 @@ func BenchmarkCommand(b *testing.B) {
 // transaction's timeouts and the locks of the key and the email, the
 // outcome's read and the email's lookup and reservation read in one round
 // trip; the handler's write; the reservation and the outcome with COMMIT.
+// Its rows are those of impl=full: the same namespaces, a SHA-256
+// fingerprint, the same result.
 func byHand(ctx context.Context, pool *pgxpool.Pool, id, email string, write func(context.Context, execer, string, string) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -109,7 +112,7 @@ func byHand(ctx context.Context, pool *pgxpool.Pool, id, email string, write fun
 	first.Queue("BEGIN")
 	first.Queue(`SELECT set_config('statement_timeout', '10000', true), set_config('idle_in_transaction_session_timeout', '10000', true),
 		set_config('lock_timeout', '15000', true), pg_advisory_xact_lock(hashtext($1)), pg_advisory_xact_lock(hashtext($2))`, id, email)
-	first.Queue(`SELECT fingerprint, result, err FROM claimbus.claim_outcome WHERE namespace = 'k' AND id = $1 AND expires > now()`, id)
+	first.Queue(`SELECT fingerprint, result, err FROM claimbus.claim_outcome WHERE namespace = $2 AND id = $1 AND expires > now()`, id, byHandNamespace)
 	first.Queue(`SELECT EXISTS (SELECT 1 FROM staff_read WHERE email = $1), (SELECT owner FROM claimbus.claim_reservation WHERE namespace = 'staff.email' AND id = $1)`, email)
 	first.Queue("SAVEPOINT s")
 	if err := conn.SendBatch(ctx, &first).Close(); err != nil {
@@ -121,12 +124,16 @@ func byHand(ctx context.Context, pool *pgxpool.Pool, id, email string, write fun
 	}
 	var last pgx.Batch
 	last.Queue(`INSERT INTO claimbus.claim_reservation (namespace, id, owner, confirmed, at) VALUES ('staff.email', $1, $2, true, now())`, email, id)
-	last.Queue(`INSERT INTO claimbus.claim_outcome (namespace, id, fingerprint, result, err, expires) VALUES ('k', $1, $2, $3, NULL, now() + interval '1 hour')
+	fp := sha256.Sum256([]byte(email))
+	last.Queue(`INSERT INTO claimbus.claim_outcome (namespace, id, fingerprint, result, err, expires) VALUES ($4, $1, $2, $3, NULL, now() + interval '1 hour')
 		ON CONFLICT (namespace, id) DO UPDATE SET fingerprint = excluded.fingerprint, result = excluded.result, err = excluded.err, expires = excluded.expires`,
-		id, []byte("fp"), []byte(`"staff-`+id+`"`))
+		id, fp[:], []byte(`"staff-`+id+`"`), byHandNamespace)
 	last.Queue("COMMIT")
 	return conn.SendBatch(ctx, &last).Close()
 }
+
+// byHandNamespace is the namespace of impl=full's outcomes.
+const byHandNamespace = "idempotency.commands.CreateStaff"
 
 // execer runs a statement: a pgx.Tx, or a connection in a transaction.
 type execer interface {
