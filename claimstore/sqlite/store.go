@@ -12,6 +12,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/claimbus/claimbus/claimstore"
+	"github.com/claimbus/claimbus/internal/sqlitegate"
 )
 
 // Store is the claimstore.Store on SQLite: see New. Its Tx methods run its
@@ -19,11 +20,12 @@ import (
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
-	// gate lets one write statement of the store run at a time: SQLite has
-	// one writer, so the others wait here in Go (until their ctx ends)
-	// rather than polling in SQLite's busy handler. Writers of other
-	// stores and processes are waited for by the busy timeout.
-	gate chan struct{}
+	// gate is db's write gate, shared with lockstore/sqlite: SQLite has
+	// one writer, so the store's writes wait for their turn here in Go
+	// (until their ctx ends) rather than polling in SQLite's busy
+	// handler. Writers of other handles and processes are waited for by
+	// the busy timeout.
+	gate *sqlitegate.Gate
 }
 
 var _ claimstore.Store = (*Store)(nil)
@@ -55,17 +57,16 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Store{db: db, now: cfg.Now, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, now: cfg.Now, gate: sqlitegate.For(db)}, nil
 }
 
-// write runs f, a write statement, alone among the store's writes.
+// write runs f, a write statement, in a turn at db's write gate.
 func (s *Store) write(ctx context.Context, f func() error) error {
-	select {
-	case s.gate <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	turn, err := s.gate.Enter(ctx)
+	if err != nil {
+		return err
 	}
-	defer func() { <-s.gate }()
+	defer turn.Leave()
 	return f()
 }
 

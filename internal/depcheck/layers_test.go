@@ -76,15 +76,15 @@ var layers = map[string]rule{
 		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
 	},
 	"lockstore/sqlite": {
-		may: []string{"lockstore", "lockstore/internal/txnest", "internal/migrate"},
-		why: "a lockstore backend: the store's contract, its transaction nesting and the shared migrations, nothing above",
+		may: []string{"lockstore", "lockstore/internal/txnest", "internal/migrate", "internal/sqlitegate"},
+		why: "a lockstore backend: the store's contract, its transaction nesting, the shared migrations and the database's write gate, nothing above",
 	},
 	"claimstore/postgres": {
 		may: []string{"claimstore", "lockstore", "claimstore/internal/claimcheck", "internal/migrate", "internal/pgerr"},
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"claimstore/sqlite": {
-		may: []string{"claimstore", "lockstore", "claimstore/internal/claimcheck", "internal/migrate"},
+		may: []string{"claimstore", "lockstore", "claimstore/internal/claimcheck", "internal/migrate", "internal/sqlitegate"},
 		why: "a claimstore backend: the store's contract and the shared helpers, nothing above",
 	},
 	"bus/sqltransport": {
@@ -152,6 +152,7 @@ var layers = map[string]rule{
 		why: "test support for internal/migrate",
 	},
 	"internal/pgerr":      {why: "PostgreSQL error predicates the SQL backends share"},
+	"internal/sqlitegate": {why: "the write gate the SQLite backends share on one database handle"},
 	"internal/pgtest":     {why: "the throwaway PostgreSQL of the tests"},
 	"internal/testwait":   {why: "the tests' poll for conditions that assert on t: standard library only"},
 	"internal/testlog":    {why: "the tests' log sink: standard library only"},

@@ -73,7 +73,11 @@ const LockFileSuffix = ".claimbus.lock"
 //     Serialize's wait for the lock obeys the busy timeout);
 //   - _busy_timeout: how long a statement waits for a lock another
 //     connection holds before it fails with SQLITE_BUSY (busyTimeout,
-//     rounded down to milliseconds; 0 means 5s);
+//     rounded down to milliseconds; 0 means 5s). The writes of the Store
+//     and of claimstore/sqlite on one *sql.DB, and Begin's, take turns
+//     in Go at its write gate instead (see Serialize): the busy timeout
+//     bounds the wait for the other writers, of another handle or
+//     process;
 //   - _journal_mode=WAL: readers do not block the writer, nor it them.
 //
 // Open it with database/sql; the package registers the driver as "sqlite":

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/sqlitegate"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -45,7 +46,7 @@ func failStore(t *testing.T) *Store {
 	t.Cleanup(func() { require.NoError(t, mem.Close()) })
 	// Tokens reserved in memory only: the driver has no table to keep them.
 	tokens := &tokenSource{db: db, next: 1, limit: 1 << 62, block: tokenBlock}
-	return &Store{db: db, mem: mem, tokens: tokens, gate: make(chan struct{}, 1)}
+	return &Store{db: db, mem: mem, tokens: tokens, gate: sqlitegate.For(db)}
 }
 
 func TestRollbackErrorComesBackWrapped(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/claimbus/claimbus/lockstore/internal/effects"
 
+	"github.com/claimbus/claimbus/internal/sqlitegate"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
@@ -52,6 +53,7 @@ type serialTxn struct {
 	s       *Store
 	key     lockstore.Key
 	lock    lockstore.Lock // nil inside Exclusive on the same key
+	turn    *sqlitegate.Turn
 	tx      *sql.Tx
 	effects *effects.Scope
 	done    bool
@@ -71,14 +73,14 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, conte
 		}
 		st.lock = l
 	}
-	select {
-	case s.gate <- struct{}{}:
-	case <-ctx.Done():
+	turn, err := s.gate.Enter(ctx)
+	if err != nil {
 		st.releaseLock()
-		return nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the write gate: %w", key, ctx.Err())
+		return nil, nil, fmt.Errorf("sqlite: Serialize %q: wait for the write gate: %w", key, err)
 	}
+	st.turn = turn
 	fail := func(err error) (*serialTxn, context.Context, error) {
-		<-s.gate
+		turn.Leave()
 		st.releaseLock()
 		return nil, nil, err
 	}
@@ -103,7 +105,7 @@ func (s *Store) begin(ctx context.Context, key lockstore.Key) (*serialTxn, conte
 	fctx = effects.WithToken(fctx, token)
 	sc := &txScope{Store: s, Tx: tx}
 	sc.Held.Init(key, token)
-	return st, txnest.WithScope(fctx, sc), nil
+	return st, txnest.WithScope(turn.Context(fctx), sc), nil
 }
 
 // beginError explains a failed BEGIN IMMEDIATE.
@@ -160,7 +162,7 @@ func (st *serialTxn) End() {
 // finish gives the gate and the lock up.
 func (st *serialTxn) finish() {
 	st.done = true
-	<-st.s.gate
+	st.turn.Leave()
 	st.releaseLock()
 }
 

@@ -12,6 +12,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/claimbus/claimbus/internal/sqlitegate"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
@@ -37,10 +38,11 @@ type Store struct {
 	// token.go).
 	tokens *tokenSource
 
-	// gate lets one Serialize transaction at a time begin: SQLite has one
-	// writer, so the others wait here in Go, first come first served by
-	// the runtime, rather than polling in SQLite's busy handler.
-	gate chan struct{}
+	// gate is db's write gate (shared with claimstore/sqlite): SQLite has
+	// one writer, so the transactions of Serialize and Begin wait for
+	// their turn here, in Go, first come first served, rather than
+	// polling in SQLite's busy handler.
+	gate *sqlitegate.Gate
 
 	// mu guards inflight, the Serialize and Exclusive calls running now,
 	// and closed, set when Close begins: the last call to end after Close
@@ -106,7 +108,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		_ = guard.release()
 		return nil, fmt.Errorf("sqlite: New: %w", err)
 	}
-	return &Store{db: db, mem: mem, guard: guard, tokens: tokens, gate: make(chan struct{}, 1)}, nil
+	return &Store{db: db, mem: mem, guard: guard, tokens: tokens, gate: sqlitegate.For(db)}, nil
 }
 
 // checkTransactions makes sure db's connections wait for locks (a busy

@@ -75,12 +75,16 @@ var _ lockstore.TxLocker[*sql.Tx, Querier] = (*Store)(nil)
 // in-process lock, so that one fn at a time runs for key.
 //
 // Callers for one key queue on the store's lock, first come first served;
-// the one at its head then waits for the store's write gate (SQLite has one
-// writer: Serialize transactions on different keys take turns in Go) and
-// begins with BEGIN IMMEDIATE, which takes SQLite's write lock at once, so
-// that fn's reads and writes see no other writer. A writer outside the
-// store holding the write lock is waited for up to the busy timeout; when
-// that runs out, the error matches lockstore.ErrTimeout.
+// the one at its head then waits for the write gate of the store's
+// *sql.DB (SQLite has one writer: Serialize and Begin transactions, and
+// the writes of a claimstore/sqlite Store on the same handle, take turns
+// in Go, first come first served) and begins with BEGIN IMMEDIATE, which
+// takes SQLite's write lock at once, so that fn's reads and writes see no
+// other writer. A writer outside the gate (another handle, another
+// process) holding the write lock is waited for up to the busy timeout;
+// when that runs out, the error matches lockstore.ErrTimeout. A write at
+// the gate from inside fn (a claimstore/sqlite call with fn's ctx) would
+// wait for fn: it fails at once.
 //
 // ctx bounds the waits and the transaction: a wait ctx ends returns an
 // error matching ctx's error, and when ctx is done before the commit, the

@@ -11,6 +11,7 @@ import (
 	"github.com/claimbus/claimbus/lockstore/internal/effects"
 
 	"github.com/claimbus/claimbus/internal/lockext"
+	"github.com/claimbus/claimbus/internal/sqlitegate"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/internal/txnest"
 )
@@ -22,7 +23,7 @@ import (
 type Txn struct {
 	s       *Store
 	locks   []lockstore.Lock
-	gated   bool
+	turn    *sqlitegate.Turn // nil until the gate is entered
 	tx      *sql.Tx
 	effects *effects.Scope
 	ended   bool
@@ -31,10 +32,13 @@ type Txn struct {
 // Begin opens a transaction holding the lock of each key, as Serialize
 // does for one: it takes the keys' locks in lockext.SortKeys order
 // (first come first served, so that callers with several keys never wait
-// on each other), then the store's write gate, then begins IMMEDIATE.
-// wait bounds the wait for the locks and the gate; a wait past it returns
-// an error matching lockstore.ErrTimeout. ctx bounds the transaction:
-// when it ends before the commit, database/sql rolls it back.
+// on each other), then the write gate (see Serialize), then begins
+// IMMEDIATE. wait bounds the wait for the locks and the gate; a wait past
+// it returns an error matching lockstore.ErrTimeout. ctx bounds the
+// transaction: when it ends before the commit, database/sql rolls it
+// back. With no keys, Begin takes the gate alone: the way for an
+// application's writes to take their turn in Go, for at most wait,
+// rather than poll in SQLite's busy handler.
 //
 // The returned ctx, a child of ctx, carries the transaction: TxFrom finds
 // it, Serialize and Exclusive on the store nest in it, and
@@ -68,7 +72,7 @@ func Begin(ctx context.Context, s *Store, keys []lockstore.Key, wait time.Durati
 		return nil, nil, fmt.Errorf("sqlite: Begin: %w", err)
 	}
 	var fctx context.Context
-	fctx, t.effects = effects.New(ctx)
+	fctx, t.effects = effects.New(t.turn.Context(ctx))
 	return t, txnest.WithScope(fctx, &txScope{Store: s, Tx: t.tx}), nil
 }
 
@@ -89,12 +93,11 @@ func (t *Txn) begin(ctx context.Context, keys []lockstore.Key, wait time.Duratio
 		}
 		t.locks = append(t.locks, l)
 	}
-	select {
-	case t.s.gate <- struct{}{}:
-		t.gated = true
-	case <-wctx.Done():
-		return timedOut("the write gate", wctx.Err())
+	turn, err := t.s.gate.Enter(wctx)
+	if err != nil {
+		return timedOut("the write gate", err)
 	}
+	t.turn = turn
 	// Before the transaction: a reservation takes the write lock.
 	if err := t.s.tokens.refill(ctx); err != nil {
 		return err
@@ -155,9 +158,8 @@ func (t *Txn) Rollback() error {
 // release gives the gate and the locks up, and counts the call out.
 func (t *Txn) release() {
 	t.ended = true
-	if t.gated {
-		<-t.s.gate
-		t.gated = false
+	if t.turn != nil {
+		t.turn.Leave()
 	}
 	for _, l := range t.locks {
 		_ = l.Release(context.Background())

@@ -63,3 +63,33 @@ func TestBegin(t *testing.T) {
 	require.ErrorIs(t, txn.Commit(), lockstore.ErrLockLost)
 	require.Equal(t, 1, count(t, db, "a"))
 }
+
+// Begin without keys takes the write gate alone: the transactions of the
+// store take turns with it, and one whose turn does not come within its
+// wait gets a timeout.
+func TestBeginWithoutKeys(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, db := counterStore(t)
+	txn, tctx, err := sqlite.Begin(ctx, s, nil, time.Second)
+	require.NoError(t, err)
+	_, err = increment(tctx, txn.Tx(), "a")
+	require.NoError(t, err)
+
+	_, _, err = sqlite.Begin(ctx, s, nil, 50*time.Millisecond)
+	require.ErrorIs(t, err, lockstore.ErrTimeout)
+	require.ErrorContains(t, err, "write gate")
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = sqlite.SerializeValue(dctx, s, key("b"), func(ctx context.Context, tx *sql.Tx) (int, error) {
+		return increment(ctx, tx, "b")
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Serialize waits for the gate too")
+
+	require.NoError(t, txn.Commit())
+	txn, _, err = sqlite.Begin(ctx, s, nil, 50*time.Millisecond)
+	require.NoError(t, err)
+	require.NoError(t, txn.Rollback())
+	require.Equal(t, 1, count(t, db, "a"))
+	require.Zero(t, count(t, db, "b"))
+}
