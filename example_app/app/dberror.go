@@ -50,9 +50,11 @@ func (n *Node) dbError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", errDBBusy, err)
 	case n.backend.isUnavailable(ctx, err):
 		return fmt.Errorf("%w: %w", errDBUnavailable, err)
-	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded):
 		// A handler's context is cancelled when its lock or claim is lost
-		// or the bus closes; a request's when its client went away.
+		// or the bus closes; a request's when its client went away. A
+		// hook's is cancelled too when its sender's deadline passes: that
+		// is the sender's timeout, not a stop.
 		return fmt.Errorf("%w: %w", errStopped, err)
 	case n.backend.isBadValue(err):
 		n.log.WarnContext(ctx, "the database refused a value the validation let through", "command_id", commandID(ctx), "error", err)

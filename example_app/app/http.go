@@ -62,7 +62,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		c := commands.CreateStaff{StaffID: body.StaffID, Email: body.Email, Name: body.Name, IdempotencyKey: key}
-		n.answerFunc(w, r, func(ctx context.Context) (int, any, error) {
+		n.answerWithin(w, r, n.signUpTimeout, func(ctx context.Context) (int, any, error) {
 			s, created, err := n.signUp(ctx, &c)
 			if created {
 				return http.StatusCreated, s, err
@@ -193,28 +193,36 @@ func (n *Node) answer(w http.ResponseWriter, r *http.Request, ok int, do func(ct
 
 // answerFunc is answer for a do that picks its own status.
 func (n *Node) answerFunc(w http.ResponseWriter, r *http.Request, do func(ctx context.Context) (int, any, error)) {
-	ctx, cancel := context.WithTimeout(r.Context(), n.requestTimeout)
+	n.answerWithin(w, r, n.requestTimeout, do)
+}
+
+// answerWithin is answerFunc within timeout rather than the request
+// timeout.
+func (n *Node) answerWithin(w http.ResponseWriter, r *http.Request, timeout time.Duration, do func(ctx context.Context) (int, any, error)) {
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	status, res, err := do(ctx)
 	if err != nil {
-		n.answerError(ctx, w, r, err)
+		n.answerError(ctx, w, r, timeout, err)
 		return
 	}
 	writeJSON(w, status, res)
 }
 
-// answerError writes err, the failure of a request under ctx, with the
-// status of its rejection. An error that is no rejection is 500 internal,
-// logged: none of its words reach the client.
-func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
+// answerError writes err, the failure of a request under ctx bounded by
+// timeout, with the status of its rejection. An error that is no
+// rejection is 500 internal, logged: none of its words reach the client.
+func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.Request, timeout time.Duration, err error) {
 	// A bus timeout is a rejection already (it matches
 	// middleware.ErrTimeout); the other ends of a request become one here,
 	// so that rejectionStatus alone picks the status.
 	var rej *middleware.Rejection
 	switch {
 	case errors.As(err, &rej):
-	case errors.Is(err, context.DeadlineExceeded):
-		rej = middleware.Reject(middleware.CodeTimeout, "", "no answer within %v, try again", n.requestTimeout)
+	case errors.Is(err, context.DeadlineExceeded), expired(ctx):
+		// Also the failure of a command that the deadline cut short (a
+		// lookup, a handler skipped) when its reply came as it passed.
+		rej = middleware.Reject(middleware.CodeTimeout, "", "no answer within %v, try again", timeout)
 	case errors.Is(err, bus.ErrClosed), errors.Is(err, context.Canceled):
 		rej = middleware.Reject(middleware.CodeUnavailable, "", "the node is shutting down, try again")
 	default:
@@ -223,6 +231,12 @@ func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.R
 		return
 	}
 	status := rejectionStatus(rej.Code)
+	if status == http.StatusGatewayTimeout {
+		// A claim's wait or the request's ran out: worth a look when it
+		// happens often, so logged once per request, whichever node ran
+		// the command.
+		n.log.WarnContext(ctx, "request failed: timeout", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
 	if status == http.StatusServiceUnavailable {
 		// The node that hit the outage logs it: a rejection that came
 		// back over the bus as data (a bare *Rejection) was logged where
@@ -233,6 +247,14 @@ func (n *Node) answerError(ctx context.Context, w http.ResponseWriter, r *http.R
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, rej)
+}
+
+// expired reports whether ctx's deadline has passed, by the clock: the
+// bus's hooks end at the same deadline, and their failure can come back
+// before ctx's own timer has fired.
+func expired(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // rejectionStatus is the HTTP status of a rejection code: the app's own

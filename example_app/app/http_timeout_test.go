@@ -76,7 +76,7 @@ func TestClaimWaitEndsBeforeRequestTimeout(t *testing.T) {
 	require.Less(t, waited, requestTimeout/2, "the claim wait ends well before the request timeout")
 	t.Logf("the waiting sign-up answered %d", r.status)
 	if r.status == http.StatusGatewayTimeout {
-		require.Contains(t, logs.String(), `level=INFO msg="command timed out"`, "a claim timeout is logged at Info")
+		require.Contains(t, logs.String(), `level=WARN msg="request failed: timeout" method=POST path=/staff`, "a claim timeout is logged")
 	}
 
 	out := <-first
@@ -133,4 +133,42 @@ func postAsync(url, body string) response {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, raw: raw}
+}
+
+// A sign-up whose claim wait runs out is answered 504 and logged by the
+// node, once, as a warning naming the method and path; so is every other
+// request answered 504.
+func TestClaimTimeoutIsLogged(t *testing.T) {
+	t.Parallel()
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	release, held, ended := make(chan struct{}), make(chan string, 1), make(chan error, 1)
+	var logs testlog.Buffer
+	_, _, url := sqliteNode(t, app.Config{
+		ClaimTimeout: 200 * time.Millisecond,
+		Middleware:   []middleware.Middleware{holdSignUps(release, held, ended)},
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	defer close(release)
+
+	first := make(chan response, 1)
+	go func() { first <- postAsync(url+"/staff", `{"staff_id":"s-1","email":"ann@x.org","name":"Slow"}`) }()
+	<-held
+	r := send(t, "POST", url+"/staff", `{"staff_id":"s-2","email":"ann@x.org","name":"Ann"}`)
+	require.Equal(t, http.StatusGatewayTimeout, r.status, "%s", r.raw)
+	require.Equal(t, "timeout", r.body["code"], "%s", r.raw)
+	release <- struct{}{}
+	out := <-first
+	<-ended
+
+	answered504 := 1
+	if out.status == http.StatusGatewayTimeout {
+		answered504++ // the held sign-up's own request ran out too
+	}
+	logged := logs.Lines(`msg="request failed: timeout"`)
+	require.Len(t, logged, answered504, "one record per request answered 504:\n%s", logs.String())
+	for _, l := range logged {
+		require.Contains(t, l, `level=WARN msg="request failed: timeout" method=POST path=/staff error=`)
+	}
+	require.Len(t, logs.Lines("to claim email"), 1, "the claim timeout, with its cause:\n%s", logs.String())
+	require.Empty(t, logs.Lines("timed out"), "no second record of the same timeout")
 }

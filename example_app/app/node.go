@@ -82,9 +82,11 @@ type Config struct {
 	Logger *slog.Logger
 	// ClaimTimeout bounds the wait for the claim on a staff email, behind
 	// another sign-up of the same address; past it the sign-up is rejected
-	// as timeout (504), try again. At most half of RequestTimeout. Default
-	// DefaultClaimTimeout, or a quarter of RequestTimeout when that is
-	// shorter.
+	// as timeout (504), try again. On SQLite it also bounds a command's
+	// wait for its writes' turn at the database (503 busy past it), and a
+	// sign-up's request with a tenth more (see turns.go). At most half of
+	// RequestTimeout. Default DefaultClaimTimeout, or a quarter of
+	// RequestTimeout when that is shorter.
 	ClaimTimeout time.Duration
 	// RequestTimeout bounds each request of the HTTP API; past it the
 	// request is answered 504, and its command, if its handler has not
@@ -199,6 +201,9 @@ type Node struct {
 	bus            *bus.Bus
 	log            *slog.Logger
 	requestTimeout time.Duration
+	// signUpTimeout bounds a POST /staff: requestTimeout, or on SQLite
+	// less (see boundTurns).
+	signUpTimeout  time.Duration
 	backstops      atomic.Int64
 	staffBackstops atomic.Int64
 	model          StaffModel
@@ -233,6 +238,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		name:           cmp.Or(cfg.Name, "node"),
 		log:            cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		requestTimeout: cfg.requestTimeout(),
+	}
+	hooks := middleware.Hooks{OnAfterFailure: n.logTrouble}
+	n.signUpTimeout = n.requestTimeout
+	if b, ok := n.backend.(sqliteBackend); ok {
+		hooks.OnBeforeDispatch = n.boundTurns(cfg.claimTimeout(), &b)
+		n.backend = b
 	}
 	if err := Migrate(ctx, n.backend); err != nil {
 		return nil, err
@@ -304,7 +315,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	bcfg.Middleware = append(first, []middleware.Middleware{ //nolint:gocritic // appendAssign: first is this chain's fresh head, never used again
 		middleware.Logging(middleware.LoggingConfig{Logger: n.log, Level: slog.LevelDebug}),
-		middleware.Hooks{OnAfterFailure: n.logTrouble},
+		hooks,
 		middleware.Validate(),
 	}...)
 	bcfg.Middleware = append(bcfg.Middleware, claiming...)
@@ -470,15 +481,13 @@ func (n *Node) BackstopViolations() int64 { return n.staffBackstops.Load() }
 
 // logTrouble logs what the Logging middleware, at Debug for rejections,
 // would hide: a command that failed because the database or the lock
-// store could not be reached, as a warning with its cause (its rejection
-// crosses the bus without it, so this node, which saw it, is the one to
-// log it), and a command that timed out (a claim's wait, a 504), at Info.
+// store could not be reached, or was busy, as a warning with its cause
+// (its rejection crosses the bus without it, so this node, which saw it,
+// is the one to log it). A command that timed out (a claim's wait) is
+// logged by the node that answers its request 504 (answerError).
 func (n *Node) logTrouble(ctx context.Context, p *middleware.Pipeline) {
-	switch err := p.Err(); {
-	case errors.Is(err, middleware.ErrUnavailable):
+	if err := p.Err(); errors.Is(err, middleware.ErrUnavailable) {
 		n.log.WarnContext(ctx, "command failed: unavailable", "command", p.CommandName, "command_id", p.CommandUUID, "error", err)
-	case errors.Is(err, middleware.ErrTimeout):
-		n.log.InfoContext(ctx, "command timed out", "command", p.CommandName, "command_id", p.CommandUUID, "error", err)
 	}
 }
 
