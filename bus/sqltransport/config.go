@@ -70,11 +70,12 @@ type Config struct {
 	// wait on a slow poll.
 	ReplyPollInterval time.Duration
 
-	// AckDeadline is how long a message may stay unacked before the
-	// transport stops renewing its lease, so that a consumer gets it again
-	// when the lease ends (a third of AckDeadline, at most 5s; the lease
-	// of a node that died ends the same way). Longer than the slowest
-	// handler, or a command is handled twice. Default 30s, at least 30ms.
+	// AckDeadline is how long a message may stay unacked after its
+	// hand-over to the consumer before the transport stops renewing its
+	// lease, so that a consumer gets it again when the lease ends (a
+	// third of AckDeadline, at most 5s; the lease of a node that died ends
+	// the same way). Longer than the slowest handler, or a command is
+	// handled twice. Default 30s, at least 30ms.
 	AckDeadline time.Duration
 
 	// RetryInterval is how long a subscription waits after a database

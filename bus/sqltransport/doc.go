@@ -9,20 +9,24 @@
 //
 // Each topic is a table, a message a row. The contract:
 //
-//   - A message is handed to one subscription at a time: a query leases up
-//     to 64 of the oldest rows nobody holds (SKIP LOCKED) to the node until
-//     claimed_until, and the node renews the lease while its handler runs.
+//   - A subscription leases the oldest rows nobody holds (SKIP LOCKED), up
+//     to 64, no more than its consumer lately took at once; those its busy
+//     consumer cannot take within 10ms go back. It hands a message over
+//     only while its lease lasts, and renews the lease until the ack.
 //   - An acked message is deleted; a nacked one, or one still held when
-//     its subscription ends, is handed back at once.
-//   - A node that dies (or loses the database) renews nothing: its
-//     messages go to another node when their lease ends, a third of
-//     AckDeadline and at most 5s, plus that node's PollInterval.
-//   - A message unacked after AckDeadline is no longer renewed and is
-//     delivered again: delivery is at least once, in no promised order.
+//     its subscription ends, is handed back at once; neither touches a row
+//     another subscription has leased since.
+//   - A node that dies or cannot renew (cut off from the database) loses
+//     its leases when they end, a third of AckDeadline and at most 5s: their
+//     messages go to another node, plus its PollInterval, even if handlers
+//     of the first node still run them.
+//   - A message unacked AckDeadline after its hand-over is delivered again,
+//     as is one leased by a fetch cut short by its subscription's end, when
+//     its lease ends. Else a message is handed to one subscription at a
+//     time; delivery is at least once, in no promised order.
 //
-// No connection is held while a handler runs, and the handler's writes go
-// through its own pool or transaction, committed before the after hooks
-// release its claims.
+// No connection is held while a handler runs; it writes through its own
+// pool or transaction, committed before the after hooks release its claims.
 //
 // While the database cannot be reached, Publish fails with an error
 // matching middleware.ErrUnavailable (so a Dispatch does too), whose
@@ -33,6 +37,5 @@
 // middleware.ErrUnavailable and middleware.ErrOutcomeUnknown, instead of waiting
 // until its deadline for a reply that a crashed server may have lost.
 //
-// docs/bus.md#bussqltransport describes delivery, latency, handlers and
-// outages.
+// docs/bus.md#bussqltransport has delivery, latency, handlers and outages.
 package sqltransport

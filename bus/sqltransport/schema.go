@@ -55,8 +55,8 @@ func newQueueSchema(prefix string) queueSchema {
 // SchemaInitializingQueries returns the statements that create topic's
 // table and its notify trigger; they are idempotent, and run in one
 // transaction behind an advisory lock (see initTopic). A message is
-// leased to the node handling it until claimed_until; a table of an
-// earlier version gets that column added.
+// leased until claimed_until to the subscription whose token is in
+// claimed_by; a table of an earlier version gets the columns it lacks.
 func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	t := s.table(params.Topic)
 	lit := "'" + t + "'" // a valid name holds no single quote either
@@ -67,13 +67,15 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 			"payload" BYTEA,
 			"metadata" JSON,
 			"created_at" TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
-			"claimed_until" TIMESTAMPTZ NOT NULL DEFAULT '-infinity'
+			"claimed_until" TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+			"claimed_by" TEXT
 		)`},
 		// Checked first: ALTER TABLE would lock the table even when the
-		// column is there.
+		// columns are there. claimed_by is the newest.
 		{Query: `DO $$ BEGIN
-			IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ` + lit + `::regclass AND attname = 'claimed_until' AND NOT attisdropped) THEN
-				ALTER TABLE ` + t + ` ADD COLUMN "claimed_until" TIMESTAMPTZ NOT NULL DEFAULT '-infinity';
+			IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ` + lit + `::regclass AND attname = 'claimed_by' AND NOT attisdropped) THEN
+				ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS "claimed_until" TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+					ADD COLUMN IF NOT EXISTS "claimed_by" TEXT;
 			END IF;
 		END $$`},
 		{Query: `CREATE OR REPLACE FUNCTION claimbus_notify() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,7 +198,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if s.closed || s.t.closed() {
 		return nil, fmt.Errorf("sqltransport: subscribe: %w", bus.ErrClosed)
 	}
-	sub := s.t.subscribe(ctx, topic, s.poll)
+	sub := s.t.subscribe(ctx, s, topic)
 	s.subs = append(s.subs, sub)
 	return sub.out, nil
 }
@@ -232,6 +233,13 @@ func (t *Transport) lost(cause error) {
 func (s *subscriber) Close() error {
 	s.close()
 	return nil
+}
+
+// forget drops sub, which ended, from the subscriptions to end.
+func (s *subscriber) forget(sub *subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subs = slices.DeleteFunc(s.subs, func(x *subscription) bool { return x == sub })
 }
 
 func (s *subscriber) close() {

@@ -8,11 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// wake counts the notifications of one table and wakes the subscriptions
-// that wait for one.
+// wake wakes the subscriptions of one table that wait for a notification.
 type wake struct {
 	mu sync.Mutex
-	n  uint64
 	ch chan struct{} // closed and replaced at each notification
 }
 
@@ -20,16 +18,16 @@ func newWake() *wake { return &wake{ch: make(chan struct{})} }
 
 func (w *wake) signal() {
 	w.mu.Lock()
-	w.n++
 	close(w.ch)
 	w.ch = make(chan struct{})
 	w.mu.Unlock()
 }
 
-func (w *wake) state() (uint64, <-chan struct{}) {
+// state returns a channel closed at the next notification.
+func (w *wake) state() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.n, w.ch
+	return w.ch
 }
 
 // wakeFor returns the wake of table, creating it.
