@@ -6,6 +6,7 @@ import (
 
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/bus/bustest"
+	"github.com/claimbus/claimbus/bus/internal/crashtest"
 	"github.com/claimbus/claimbus/bus/natstransport"
 	"github.com/claimbus/claimbus/internal/natstest"
 )
@@ -23,7 +24,7 @@ func runConformance(t *testing.T, memory bool) {
 	bustest.Run(t, bustest.Harness{MultiNode: true, Durable: true, Redelivery: true, Inspects: true,
 		NewBackend: func(t testing.TB) bustest.Backend {
 			srv := natstest.Start(t)
-			nb := &natsBackend{url: srv.URL(), memory: memory, in: inspect(t, srv.URL()), dialers: map[string]*crashDialer{}}
+			nb := &natsBackend{url: srv.URL(), memory: memory, in: inspect(t, srv.URL()), dialers: map[string]*crashtest.Dialer{}}
 			return bustest.Backend{Node: nb.node, Crash: nb.crash, Unacked: nb.unacked}
 		}})
 }
@@ -35,8 +36,8 @@ type natsBackend struct {
 	in     *inspector
 
 	mu      sync.Mutex
-	first   *natstransport.Transport // names the stream and the subjects
-	dialers map[string]*crashDialer  // by node id
+	first   *natstransport.Transport     // names the stream and the subjects
+	dialers map[string]*crashtest.Dialer // by node id
 }
 
 func (nb *natsBackend) node(t testing.TB, cfg bus.Config, o bustest.NodeOptions) bus.Config {
@@ -56,7 +57,7 @@ func (nb *natsBackend) node(t testing.TB, cfg bus.Config, o bustest.NodeOptions)
 func (nb *natsBackend) crash(_ testing.TB, id string) {
 	nb.mu.Lock()
 	defer nb.mu.Unlock()
-	nb.dialers[id].crash()
+	nb.dialers[id].Crash()
 }
 
 // unacked counts what the stream holds of topic: a work queue deletes an

@@ -12,6 +12,7 @@ import (
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/bus/sqltransport"
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testwait"
 )
 
 // sendBlocks sends commands Blocks, with ids 0 to n-1, from a node that
@@ -81,7 +82,7 @@ func TestBusyNodeLeavesCommandsToAnIdleNode(t *testing.T) {
 			return "busy", nil
 		}))
 	})
-	await(t, started, "a command on the busy node")
+	testwait.Recv(t, started, requestTimeout, "a command on the busy node")
 	var idleRuns atomic.Int32
 	newNode(t, dsn, "idle", cfg, bus.Config{}, func(b *bus.Bus) {
 		require.NoError(t, bus.Handle(b, func(_ context.Context, c *Block) (string, error) {

@@ -139,6 +139,10 @@ var layers = map[string]rule{
 		may: []string{"bus"},
 		why: "what the transports of the bus share",
 	},
+	"bus/internal/crashtest": {
+		may: []string{"bus", "internal/testwait"},
+		why: "what the transports' tests share to crash a node",
+	},
 	"claimstore/internal/claimcheck": {
 		may: []string{"lockstore"},
 		why: "the argument checks and errors claimstore and its backends share",
