@@ -8,8 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/claimstore"
 	"github.com/claimbus/claimbus/claimstore/sqlite"
 	"github.com/claimbus/claimbus/internal/sqlitegate"
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 	locksqlite "github.com/claimbus/claimbus/lockstore/sqlite"
 )
@@ -21,11 +23,7 @@ import (
 func TestWritesShareTheLockStoresGate(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := openDB(t, testDSN(t))
-	locks, err := locksqlite.New(ctx, db, locksqlite.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, locks.Close()) })
-	claims := newStore(t, db, sqlite.Config{})
+	db, locks, claims := storesOnOneDB(t)
 	gate := sqlitegate.For(db)
 
 	// A transaction of the lock store holds the gate.
@@ -55,8 +53,19 @@ func TestWritesShareTheLockStoresGate(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return gate.Waiting() == 2 }, 10*time.Second, time.Millisecond)
 	require.NoError(t, txn.Rollback())
-	require.Equal(t, "claims", <-order)
-	require.Equal(t, "locks", <-order)
+	require.Equal(t, "claims", testwait.Recv(t, order, 10*time.Second, "the first write"))
+	require.Equal(t, "locks", testwait.Recv(t, order, 10*time.Second, "the second write"))
+}
+
+// storesOnOneDB returns a database handle with a lock store and a claim
+// store on it, closed when the test ends.
+func storesOnOneDB(t *testing.T) (*sql.DB, *locksqlite.Store, claimstore.Store) {
+	t.Helper()
+	db := openDB(t, testDSN(t))
+	locks, err := locksqlite.New(t.Context(), db, locksqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, locks.Close()) })
+	return db, locks, newStore(t, db, sqlite.Config{})
 }
 
 // A write of the claim store inside a transaction of the lock store that
@@ -64,14 +73,10 @@ func TestWritesShareTheLockStoresGate(t *testing.T) {
 func TestWriteInsideTheGatesTransactionFails(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := openDB(t, testDSN(t))
-	locks, err := locksqlite.New(ctx, db, locksqlite.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, locks.Close()) })
-	claims := newStore(t, db, sqlite.Config{})
+	_, locks, claims := storesOnOneDB(t)
 
 	began := time.Now()
-	err = locks.Serialize(ctx, lockstore.Key{Namespace: "gate", ID: "k"}, func(ctx context.Context, _ *sql.Tx) error {
+	err := locks.Serialize(ctx, lockstore.Key{Namespace: "gate", ID: "k"}, func(ctx context.Context, _ *sql.Tx) error {
 		_, _, err := claims.Reserve(ctx, lockstore.Key{Namespace: "gate", ID: "v"}, "o", time.Minute)
 		return err
 	})
