@@ -24,7 +24,10 @@ import (
 // Every sign-up is thus answered within its claim wait and a tenth.
 
 // writesByKey is the context key of the time by which the writes under a
-// context must have had their turn at the database (withWritesBy).
+// context must have had their turn at the database (withWritesBy). The
+// handler's ctx cannot say it with a deadline: a handler that started
+// runs to its end (bus), so its ctx has none; only the hooks' ctx has the
+// sender's.
 type writesByKey struct{}
 
 // withWritesBy returns ctx carrying t: the SQLite backend's writes under
