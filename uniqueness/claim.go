@@ -114,8 +114,10 @@ type hold struct {
 // Claim takes key on the claimer's Locker, waiting first come first served
 // behind the claimants ahead of it, then runs taken while holding the key:
 //   - taken reports true: the key is released and Claim returns
-//     middleware.ErrAlreadyTaken, and every claimant queued behind this one in this
-//     process fails with middleware.ErrAlreadyTaken too, without running its lookup;
+//     middleware.ErrAlreadyTaken (without waiting for a store that can carry
+//     the unlock in a later round trip to confirm it), and every claimant
+//     queued behind this one in this process fails with
+//     middleware.ErrAlreadyTaken too, without running its lookup;
 //   - taken reports false: the caller holds the claim until its Release;
 //   - taken fails or panics: the key is released and Claim returns a
 //     wrapped error (a *middleware.PanicError for a panic) that is not
@@ -226,12 +228,30 @@ func (c *claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 		rerr := cl.release(context.WithoutCancel(ctx), false)
 		return nil, errors.Join(fmt.Errorf("uniqueness: lookup for %s: %w", key, lerr), rerr)
 	case isTaken:
-		if rerr := cl.release(context.WithoutCancel(ctx), true); rerr != nil {
-			return nil, errors.Join(middleware.ErrAlreadyTaken, rerr)
-		}
-		return nil, middleware.ErrAlreadyTaken
+		return nil, cl.releaseTaken(context.WithoutCancel(ctx))
 	}
 	return cl, nil
+}
+
+// releaseTaken settles the key as taken and gives up the lock of a claim
+// whose lookup found the value, and returns middleware.ErrAlreadyTaken.
+// Nothing was written under the lock, so the answer does not wait for the
+// store to confirm the unlock when it can leave it to later
+// (lockext.LaterReleaser: the PostgreSQL store carries it in its next
+// round trip); a lock found lost then is recorded, as Release's would be.
+func (cl *hold) releaseTaken(ctx context.Context) error {
+	cl.sh.mu.Lock()
+	cl.st.settle()
+	cl.forget()
+	cl.sh.mu.Unlock()
+	if lr, ok := cl.lock.(lockext.LaterReleaser); ok {
+		lr.ReleaseLater(func(err error) { _ = cl.lockErr(err) })
+		return middleware.ErrAlreadyTaken
+	}
+	if rerr := cl.releaseLock(ctx); rerr != nil {
+		return errors.Join(middleware.ErrAlreadyTaken, rerr)
+	}
+	return middleware.ErrAlreadyTaken
 }
 
 // hash returns the hash of key: of its id alone, which tells keys apart

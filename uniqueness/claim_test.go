@@ -193,6 +193,65 @@ func TestClaimTakenValueReleasesAndFailsWithAlreadyTaken(t *testing.T) {
 	requireNothingHeld(t, store, c)
 }
 
+// A claim whose lookup finds the value answers already_taken without
+// waiting for its store to confirm the unlock: nothing was written under
+// the lock, so a store that can carry the unlock in a later round trip
+// (lockext.LaterReleaser) is left to.
+func TestClaimTakenValueDoesNotWaitForTheUnlock(t *testing.T) {
+	t.Parallel()
+	store, _, tb := newClaimer(t, lockstore.MemoryConfig{})
+	lk := &laterLocker{Locker: store}
+	c := makeClaimer(lk)
+	tb.insert("ann@x.org")
+
+	cl, err := c.Claim(context.Background(), key("ann@x.org"), tb.taken("ann@x.org"))
+	require.Nil(t, cl)
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
+	require.Equal(t, int64(1), lk.later.Load(), "the unlock is left to the store's next round trip")
+	require.Zero(t, lk.waited.Load(), "the answer waited for the unlock")
+	requireNothingHeld(t, store, c)
+}
+
+// laterLocker is a Locker whose locks are lockext.LaterReleasers; it
+// counts the releases waited for and those left to later.
+type laterLocker struct {
+	lockstore.Locker
+	waited, later atomic.Int64
+}
+
+func (l *laterLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	lk, err := l.Locker.TryLock(ctx, key)
+	return l.wrap(lk), err
+}
+
+func (l *laterLocker) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
+	lk, err := l.Locker.Lock(ctx, key)
+	return l.wrap(lk), err
+}
+
+func (l *laterLocker) wrap(lk lockstore.Lock) lockstore.Lock {
+	if lk == nil {
+		return nil
+	}
+	return &laterLock{Lock: lk, l: l}
+}
+
+// laterLock is a lock of laterLocker.
+type laterLock struct {
+	lockstore.Lock
+	l *laterLocker
+}
+
+func (lk *laterLock) Release(ctx context.Context) error {
+	lk.l.waited.Add(1)
+	return lk.Lock.Release(ctx)
+}
+
+func (lk *laterLock) ReleaseLater(done func(error)) {
+	lk.l.later.Add(1)
+	done(lk.Lock.Release(context.Background()))
+}
+
 func TestClaimLookupErrorOrPanicReleasesTheKey(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("database is down")
