@@ -113,9 +113,10 @@ type hold struct {
 
 // Claim takes key on the claimer's Locker, waiting first come first served
 // behind the claimants ahead of it, then runs taken while holding the key:
-//   - taken reports true: the key is released and Claim returns
-//     middleware.ErrAlreadyTaken (without waiting for a store that can carry
-//     the unlock in a later round trip to confirm it), and every claimant
+//   - taken reports true: Claim gives the key up and returns
+//     middleware.ErrAlreadyTaken (on a store that carries the unlock in a
+//     later round trip, the PostgreSQL store, without waiting for it: the
+//     key may stay held for a millisecond more), and every claimant
 //     queued behind this one in this process fails with
 //     middleware.ErrAlreadyTaken too, without running its lookup;
 //   - taken reports false: the caller holds the claim until its Release;
@@ -238,14 +239,15 @@ func (c *claimer) claim(ctx context.Context, key lockstore.Key, taken lookuper, 
 // Nothing was written under the lock, so the answer does not wait for the
 // store to confirm the unlock when it can leave it to later
 // (lockext.LaterReleaser: the PostgreSQL store carries it in its next
-// round trip); a lock found lost then is recorded, as Release's would be.
+// round trip, within a millisecond); the unlock's outcome, a lost lock
+// included, changes nothing, so it is not reported.
 func (cl *hold) releaseTaken(ctx context.Context) error {
 	cl.sh.mu.Lock()
 	cl.st.settle()
 	cl.forget()
 	cl.sh.mu.Unlock()
 	if lr, ok := cl.lock.(lockext.LaterReleaser); ok {
-		lr.ReleaseLater(func(err error) { _ = cl.lockErr(err) })
+		lr.ReleaseLater(func(error) {})
 		return middleware.ErrAlreadyTaken
 	}
 	if rerr := cl.releaseLock(ctx); rerr != nil {

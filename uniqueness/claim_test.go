@@ -14,6 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/internal/keyqueue"
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 	"github.com/claimbus/claimbus/middleware"
@@ -196,27 +197,39 @@ func TestClaimTakenValueReleasesAndFailsWithAlreadyTaken(t *testing.T) {
 // A claim whose lookup finds the value answers already_taken without
 // waiting for its store to confirm the unlock: nothing was written under
 // the lock, so a store that can carry the unlock in a later round trip
-// (lockext.LaterReleaser) is left to.
+// (lockext.LaterReleaser) is left to, and the key is free once it has.
 func TestClaimTakenValueDoesNotWaitForTheUnlock(t *testing.T) {
 	t.Parallel()
-	store, _, tb := newClaimer(t, lockstore.MemoryConfig{})
-	lk := &laterLocker{Locker: store}
+	store := newMemory(t, lockstore.MemoryConfig{})
+	lk := &laterLocker{Locker: store, gate: make(chan struct{}), released: make(chan error, 1)}
+	var once sync.Once
+	openGate := func() { once.Do(func() { close(lk.gate) }) }
+	t.Cleanup(openGate) // a failed assertion leaves no unlock waiting
 	c := makeClaimer(lk)
+	tb := newTable()
 	tb.insert("ann@x.org")
 
 	cl, err := c.Claim(context.Background(), key("ann@x.org"), tb.taken("ann@x.org"))
 	require.Nil(t, cl)
 	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
-	require.Equal(t, int64(1), lk.later.Load(), "the unlock is left to the store's next round trip")
 	require.Zero(t, lk.waited.Load(), "the answer waited for the unlock")
+	held, err := store.Held(context.Background())
+	require.NoError(t, err)
+	require.Len(t, held, 1, "Claim answered before its unlock was confirmed")
+
+	openGate() // the store's round trip
+	require.NoError(t, testwait.Recv(t, lk.released, waitFor, "the unlock left to later never ran"))
 	requireNothingHeld(t, store, c)
 }
 
-// laterLocker is a Locker whose locks are lockext.LaterReleasers; it
-// counts the releases waited for and those left to later.
+// laterLocker is a Locker whose locks are lockext.LaterReleasers: a
+// ReleaseLater unlocks once gate is closed, then sends Release's result
+// to released. It counts the releases waited for.
 type laterLocker struct {
 	lockstore.Locker
-	waited, later atomic.Int64
+	gate     chan struct{}
+	released chan error
+	waited   atomic.Int64
 }
 
 func (l *laterLocker) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
@@ -248,8 +261,12 @@ func (lk *laterLock) Release(ctx context.Context) error {
 }
 
 func (lk *laterLock) ReleaseLater(done func(error)) {
-	lk.l.later.Add(1)
-	done(lk.Lock.Release(context.Background()))
+	go func() {
+		<-lk.l.gate
+		err := lk.Lock.Release(context.Background())
+		done(err)
+		lk.l.released <- err
+	}()
 }
 
 func TestClaimLookupErrorOrPanicReleasesTheKey(t *testing.T) {
