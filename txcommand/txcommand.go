@@ -24,7 +24,7 @@ type Rule struct {
 	cmdType   reflect.Type
 	names     uniqueness.Names
 	match     func(cmd any) (string, bool)
-	normalize uniqueness.NormalizeFunc
+	normalize func(value string) string
 	lookup    string
 	reserve   bool
 	err       error
@@ -35,7 +35,7 @@ type RuleOption func(*Rule)
 
 // Normalize makes a rule claim and look up f(value) instead of the value
 // as the command carries it, such as uniqueness.NormalizeEmail.
-func Normalize(f uniqueness.NormalizeFunc) RuleOption {
+func Normalize(f func(value string) string) RuleOption {
 	return func(r *Rule) {
 		if f == nil {
 			r.err = errors.Join(r.err, errors.New("nil Normalize function"))

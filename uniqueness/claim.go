@@ -301,7 +301,7 @@ func (c *claimer) lock(ctx context.Context, key lockstore.Key, settled context.C
 // is told the answer, which its next taken then uses.
 type prober interface {
 	probe() (lockext.Probe, bool)
-	probed(taken bool)
+	probed(found lockext.Found)
 }
 
 // tryLock is the Locker's TryLock, with taken's probe when it has one and
@@ -315,9 +315,9 @@ func (c *claimer) tryLock(ctx context.Context, key lockstore.Key, taken lookuper
 	if !ok {
 		return c.locker.TryLock(ctx, key)
 	}
-	lk, isTaken, err := c.prober.TryLockProbe(ctx, key, probe)
+	lk, found, err := c.prober.TryLockProbe(ctx, key, probe)
 	if err == nil {
-		pr.probed(isTaken)
+		pr.probed(found)
 	}
 	return lk, err
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
@@ -53,4 +56,51 @@ func TestFieldSQLAnswersAlikeBothWays(t *testing.T) {
 		}
 	}
 	require.Equal(t, 0, int(store.Stats().Reconnects), "no probe ended the lock connection")
+}
+
+// TestTakenByWithoutALookupOfItsOwn: a command that ran no lookup of its
+// own (it failed behind a claimant that found the value taken) learns who
+// took the value from the rule's lookup, once; one whose lookup told it
+// runs none. Both paths read the same two columns.
+func TestTakenByWithoutALookupOfItsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 2})
+	_, err := pool.Exec(ctx, `CREATE TABLE staff (id text PRIMARY KEY, email text UNIQUE);
+		INSERT INTO staff VALUES ('s1', 'ann@x.org')`)
+	require.NoError(t, err)
+	db := &queryCounter{pool: pool}
+	r := FieldSQL(Names{Field: "email", Scope: "staff.email"}, func(c *commands.CreateStaff) string { return c.Email },
+		db, `SELECT email, id FROM staff WHERE email = ANY($1)`,
+		TakenBy(func(c *commands.CreateStaff) string { return c.StaffID }))
+	require.NoError(t, r.err)
+
+	for _, tc := range []struct {
+		id   string
+		done bool
+	}{{"s1", true}, {"s2", false}, {"", false}} {
+		tg := target{key: lockstore.Key{Namespace: "staff.email", ID: "ann@x.org"}, rule: &r}
+		done, err := tg.done(ctx, &commands.CreateStaff{StaffID: tc.id})
+		require.NoError(t, err)
+		require.Equal(t, tc.done, done, "staff id %q", tc.id)
+		require.True(t, tg.byKnown)
+	}
+	require.Equal(t, 3, db.n, "one lookup per command that ran none")
+
+	tg := target{key: lockstore.Key{Namespace: "staff.email", ID: "ann@x.org"}, rule: &r, by: "s1", byKnown: true}
+	done, err := tg.done(ctx, &commands.CreateStaff{StaffID: "s1"})
+	require.NoError(t, err)
+	require.True(t, done)
+	require.Equal(t, 3, db.n, "no lookup when the command's own told who took the value")
+}
+
+// queryCounter is a pool that counts its queries.
+type queryCounter struct {
+	pool *pgxpool.Pool
+	n    int
+}
+
+func (q *queryCounter) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	q.n++
+	return q.pool.Query(ctx, sql, args...)
 }

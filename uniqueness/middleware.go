@@ -76,12 +76,12 @@ func (g *group) probe() (lockext.Probe, bool) {
 	if t.rule.probe == "" || t.confirmed {
 		return lockext.Probe{}, false
 	}
-	return lockext.Probe{SQL: t.rule.probe, Value: t.key.ID}, true
+	return lockext.Probe{SQL: t.rule.probe, Value: t.key.ID, By: t.rule.takenBy != nil}, true
 }
 
 // probed records the answer of the group's probe (see probe).
-func (g *group) probed(taken bool) {
-	g.targets[0].probed, g.targets[0].probeTaken = true, taken
+func (g *group) probed(found lockext.Found) {
+	g.targets[0].probed, g.targets[0].probeFound = true, found
 }
 
 // taken reports whether a value of the group is taken, stopping at the
@@ -97,15 +97,17 @@ func (g *group) taken(ctx context.Context) (bool, error) {
 			g.hit = t.rule
 			return true, nil
 		}
-		var taken bool
+		var found lockext.Found
 		var err error
 		if t.probed {
-			taken, t.probed = t.probeTaken, false
+			found, t.probed = t.probeFound, false
 		} else {
 			lctx, end := observe.StartStepOn(ctx, g.h.tracer, observe.StepLookup, t.rule.field)
-			taken, err = t.rule.taken(lctx, t.key.ID)
+			found, err = t.rule.taken(lctx, t.key.ID)
 			end(err)
 		}
+		taken := found.Taken
+		t.by, t.byKnown = found.By, err == nil
 		if err != nil {
 			g.hit = t.rule
 			if g.phase == claiming {
@@ -270,8 +272,31 @@ type target struct {
 	// written the value.
 	reserved, confirmed, inherited bool
 	// probed is set when the lock's round trip answered the lookup (see
-	// FieldSQL), and probeTaken is its answer, used by the next taken.
-	probed, probeTaken bool
+	// FieldSQL), and probeFound is its answer, used by the next taken.
+	probed     bool
+	probeFound lockext.Found
+	// by is who took the value, as the command's own lookup found it (see
+	// TakenBy), when byKnown.
+	by      string
+	byKnown bool
+}
+
+// done reports whether the command's own earlier, committed run took t's
+// value: the rule's AlreadyDone, or, with TakenBy, whether the one who
+// took it (as the command's own lookup found, or the lookup run now when
+// the command ran none) is the command.
+func (t *target) done(ctx context.Context, cmd any) (bool, error) {
+	if t.rule.takenBy == nil {
+		return t.rule.done(ctx, cmd, t.key.ID)
+	}
+	if !t.byKnown {
+		found, err := t.rule.taken(ctx, t.key.ID)
+		if err != nil {
+			return false, err
+		}
+		t.by, t.byKnown = found.By, true
+	}
+	return t.by != "" && t.by == t.rule.takenBy(cmd), nil
 }
 
 // BeforeDispatch claims every unique field of the command, all or nothing,
@@ -282,7 +307,7 @@ type target struct {
 //   - a rejection matching middleware.ErrAlreadyTaken and naming the field
 //     (never the value) when the value is taken;
 //   - nil when the value is taken by this very command's earlier, committed
-//     run (a rule's AlreadyDone), so a redelivery counts as done;
+//     run (a rule's AlreadyDone or TakenBy), so a redelivery counts as done;
 //   - a rejection matching middleware.ErrTimeout when the claims took
 //     longer than ClaimTimeout;
 //   - a rejection matching middleware.ErrUnavailable when a lookup or the
@@ -395,11 +420,12 @@ func stepTracer(ctx context.Context, p *middleware.Pipeline) (context.Context, o
 func (m *Middleware) halt(ctx context.Context, p *middleware.Pipeline, targets []target, field string, err error) {
 	switch {
 	case errors.Is(err, middleware.ErrAlreadyTaken):
-		for _, t := range targets {
-			if t.rule.done == nil {
+		for i := range targets {
+			t := &targets[i]
+			if t.rule.done == nil && t.rule.takenBy == nil {
 				continue
 			}
-			done, derr := t.rule.done(ctx, p.Command, t.key.ID)
+			done, derr := t.done(ctx, p.Command)
 			if derr != nil {
 				p.Halt(fmt.Errorf("%w: %w", middleware.Reject(middleware.CodeUnavailable, t.rule.field,
 					"cannot tell whether this command already took its %s now, try again", t.rule.field), derr))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/bus"
@@ -719,6 +720,17 @@ func TestConfigValidate(t *testing.T) {
 		{"FieldSQL without SQL or database", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
 			uniqueness.FieldSQL[*commands.CreateStaff, pgx.Rows](uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, nil, ""),
 		}}, []string{"nil database", "empty lookup SQL"}},
+		{"TakenBy on a Field rule", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.Field(uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, table.taken,
+				uniqueness.TakenBy(func(c *commands.CreateStaff) string { return c.StaffID })),
+		}}, []string{"TakenBy needs a FieldSQL rule"}},
+		{"TakenBy and AlreadyDone, TakenBy of another type", uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{
+			uniqueness.FieldSQL[*commands.CreateStaff, pgx.Rows](uniqueness.Names{Field: "email", Scope: "staff.email"}, getEmail, (*pgxpool.Pool)(nil), "SELECT email, id FROM staff WHERE email = ANY($1)",
+				uniqueness.TakenBy(func(c *commands.CreateStaff) string { return c.StaffID }),
+				uniqueness.AlreadyDone(func(context.Context, *commands.CreateStaff, string) (bool, error) { return false, nil }),
+				uniqueness.TakenBy(func(*commands.GuessWord) string { return "" }),
+				uniqueness.TakenBy[*commands.CreateStaff](nil)),
+		}}, []string{"both AlreadyDone and TakenBy", "TakenBy is for *commands.GuessWord", "nil TakenBy function"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,6 +57,43 @@ func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
 	requireNothingHeld(t, store)
 }
 
+// TestTakenByAnswersInTheLocksRoundTrip: with TakenBy, the probe's second
+// column tells who took the email, so a retry of the command that took it
+// (the same staff id) is done and another command is already_taken, both
+// answered in the lock's round trip, with no query on the pool and the
+// handler run once.
+func TestTakenByAnswersInTheLocksRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+	table := newPGTable(t, pool)
+	store := newPGStore(t, pool)
+	var lookups atomic.Int64
+	rule := uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"},
+		func(c *commands.CreateStaff) string { return c.Email }, countedDB{pool, &lookups},
+		`SELECT email, id FROM staff WHERE email = ANY($1)`,
+		uniqueness.Normalize(uniqueness.NormalizeEmail),
+		uniqueness.TakenBy(func(c *commands.CreateStaff) string { return c.StaffID }))
+	h := &staffHandler{table: table}
+	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})}}, h)
+
+	// Each after the last one's unlock, which rides a later round trip: a
+	// claim that finds the key still held waits, and looks up on the pool.
+	id, err := bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s1", Email: "ann@x.org", Name: "Ann"})
+	require.NoError(t, err)
+	require.Equal(t, "s1", id)
+	requireNothingHeld(t, store)
+	id, err = bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s1", Email: " ANN@x.org", Name: "Ann"})
+	require.NoError(t, err, "a retry of the command that took the email is done")
+	require.Empty(t, id, "done: its handler did not run")
+	requireNothingHeld(t, store)
+	_, err = bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s2", Email: "ann@x.org", Name: "Bob"})
+	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
+	require.EqualValues(t, 1, h.runs.Load())
+	require.Zero(t, lookups.Load(), "the probes told who took the email")
+	requireNothingHeld(t, store)
+}
+
 // TestProbeStormAcrossTwoNodesOnPostgres is the two-node storm with a
 // FieldSQL rule on both nodes, where probed claims meet claims that wait
 // and run the lookup on the pool: the outcome is the storm's, one handler run per email and

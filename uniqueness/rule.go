@@ -10,16 +10,13 @@ import (
 	"time"
 
 	"github.com/claimbus/claimbus/claimstore"
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/lockstore"
 )
 
-// valueLookup is a rule's lookup: whether value, normalised, is taken.
-type valueLookup func(ctx context.Context, value string) (bool, error)
-
-// NormalizeFunc turns a field's value into the form that is unique, such
-// as NormalizeEmail; the claim, the lookup and the handler's write must all
-// use that form.
-type NormalizeFunc func(value string) string
+// valueLookup is a rule's lookup: whether value, normalised, is taken and,
+// for a FieldSQL lookup with a second column, who took it.
+type valueLookup func(ctx context.Context, value string) (lockext.Found, error)
 
 // NormalizeEmail trims surrounding white space and lower-cases an email
 // address, so that "  Ann@X.org" and "ann@x.org" claim the same value.
@@ -35,13 +32,16 @@ type Rule struct {
 	field     string
 	scope     string
 	match     func(cmd any) (value string, ok bool)
-	normalize NormalizeFunc
+	normalize func(value string) string
 	taken     valueLookup
 	// probe, set by FieldSQL, is the lookup as SQL (taken runs the same
 	// SQL) for a lockext.Prober to run in the round trip that takes the
 	// key.
-	probe     string
-	done      func(ctx context.Context, cmd any, value string) (bool, error)
+	probe string
+	done  func(ctx context.Context, cmd any, value string) (bool, error)
+	// takenBy, set by TakenBy, is the command's own id, compared with who
+	// took a value (the lookup's second column).
+	takenBy   func(cmd any) string
 	writeBack func(cmd any, value string)
 	// reserve, when set, keeps a durable reservation of each value the
 	// rule claims, for maxLag (see Reserve).
@@ -50,20 +50,24 @@ type Rule struct {
 	err     error
 }
 
-// Option adds to a Rule made by Field or FieldSQL: Normalize, AlreadyDone,
-// WriteBack or Reserve.
+// Option adds to a Rule made by Field or FieldSQL: Normalize, AlreadyDone
+// or TakenBy, WriteBack or Reserve.
 type Option struct {
-	normalize     NormalizeFunc
+	normalize     func(value string) string
 	done          func(ctx context.Context, cmd any, value string) (bool, error)
-	doneType      reflect.Type
+	takenBy       func(cmd any) string
+	doneType      reflect.Type // of AlreadyDone's or TakenBy's command
+	doneName      string       // "AlreadyDone" or "TakenBy", for errors
 	writeBack     func(cmd any, value string)
 	writeBackType reflect.Type
 	reserve       *reserveOption
 }
 
 // Normalize makes a rule claim and look up f(value) instead of the value
-// as the command carries it. Without it the value is used as it is.
-func Normalize(f NormalizeFunc) Option { return Option{normalize: f} }
+// as the command carries it, such as NormalizeEmail: the form that is
+// unique, which the claim, the lookup and the handler's write must all
+// use. Without it the value is used as it is.
+func Normalize(f func(value string) string) Option { return Option{normalize: f} }
 
 // AlreadyDone makes a rule recognise a redelivered command whose work
 // already committed, for at-least-once delivery: when the value is taken,
@@ -73,11 +77,33 @@ func Normalize(f NormalizeFunc) Option { return Option{normalize: f} }
 // already_taken. f must say true only for the command's own committed
 // write. C must be the rule's command type.
 func AlreadyDone[C any](f func(ctx context.Context, cmd C, value string) (bool, error)) Option {
-	o := Option{doneType: reflect.TypeFor[C]()}
+	o := Option{doneType: reflect.TypeFor[C](), doneName: "AlreadyDone"}
 	if f != nil {
 		o.done = func(ctx context.Context, cmd any, value string) (bool, error) {
 			return f(ctx, cmd.(C), value)
 		}
+	}
+	return o
+}
+
+// TakenBy is AlreadyDone without a query of its own, for a FieldSQL rule
+// whose lookup returns a second column of text naming who took each value:
+//
+//	uniqueness.FieldSQL(names, email, pool,
+//		"SELECT email, staff_id FROM staff WHERE email = ANY($1)",
+//		uniqueness.TakenBy(func(c *commands.CreateStaff) string { return c.StaffID }))
+//
+// A command whose value is taken by the id that id(cmd) returns took it
+// itself, in an earlier committed run: it is done, as with AlreadyDone
+// reporting true. The lookup that found the value taken tells who took
+// it, in the lock's round trip where the store can run it there; a
+// command that did not run the lookup itself (the claimant before it found
+// the value taken) runs it once more. An empty id never matches. Give
+// TakenBy or AlreadyDone, not both. C must be the rule's command type.
+func TakenBy[C any](id func(C) string) Option {
+	o := Option{doneType: reflect.TypeFor[C](), doneName: "TakenBy"}
+	if id != nil {
+		o.takenBy = func(cmd any) string { return id(cmd.(C)) }
 	}
 	return o
 }
@@ -126,8 +152,12 @@ func Field[C any](names Names, value func(C) string, taken func(ctx context.Cont
 	var errs []error
 	if taken == nil {
 		errs = append(errs, errors.New("nil lookup"))
+		return newRule(names, value, nil, "", errs, opts)
 	}
-	return newRule(names, value, taken, "", errs, opts)
+	return newRule(names, value, func(ctx context.Context, v string) (lockext.Found, error) {
+		isTaken, err := taken(ctx, v)
+		return lockext.Found{Taken: isTaken}, err
+	}, "", errs, opts)
 }
 
 // FieldSQL is Field with the lookup written once, as SQL on db, the
@@ -168,22 +198,35 @@ func FieldSQL[C any, R interface {
 	if lookup == "" {
 		errs = append(errs, errors.New("empty lookup SQL"))
 	}
-	return newRule(names, value, func(ctx context.Context, v string) (bool, error) {
+	var withBy bool // the rule has TakenBy: the lookup's rows have two columns
+	r := newRule(names, value, func(ctx context.Context, v string) (lockext.Found, error) {
 		rows, err := db.Query(ctx, lookup, []string{v})
 		if err != nil {
-			return false, err
+			return lockext.Found{}, err
 		}
 		defer rows.Close()
-		taken := false
+		var found lockext.Found
 		for rows.Next() {
 			var row string
-			if err := rows.Scan(&row); err != nil {
-				return false, err
+			var by *string
+			dest := []any{&row, &by}
+			if !withBy {
+				dest = dest[:1]
 			}
-			taken = taken || row == v
+			if err := rows.Scan(dest...); err != nil {
+				return lockext.Found{}, err
+			}
+			if row == v {
+				found.Taken = true
+				if by != nil {
+					found.By = *by
+				}
+			}
 		}
-		return taken, rows.Err()
+		return found, rows.Err()
 	}, lookup, errs, opts)
+	withBy = r.takenBy != nil
+	return r
 }
 
 // newRule is the rule of Field and FieldSQL: taken is its lookup, probe
@@ -209,16 +252,24 @@ func newRule[C any](names Names, value func(C) string, taken valueLookup, probe 
 		case o.normalize != nil:
 			r.normalize = o.normalize
 		case o.doneType != nil && o.doneType != r.cmdType:
-			errs = append(errs, fmt.Errorf("AlreadyDone is for %v, not %v", o.doneType, r.cmdType))
-		case o.doneType != nil && o.done == nil:
-			errs = append(errs, errors.New("nil AlreadyDone function"))
+			errs = append(errs, fmt.Errorf("%s is for %v, not %v", o.doneName, o.doneType, r.cmdType))
+		case o.doneType != nil && o.done == nil && o.takenBy == nil:
+			errs = append(errs, fmt.Errorf("nil %s function", o.doneName))
 		case o.done != nil:
 			r.done = o.done
+		case o.takenBy != nil:
+			r.takenBy = o.takenBy
 		case o.writeBackType != nil:
 			errs = append(errs, r.setWriteBack(o))
 		default:
 			errs = append(errs, errors.New("empty option (a nil function given to Normalize?)"))
 		}
+	}
+	if r.takenBy != nil && r.done != nil {
+		errs = append(errs, errors.New("both AlreadyDone and TakenBy: give one"))
+	}
+	if r.takenBy != nil && probe == "" {
+		errs = append(errs, errors.New("TakenBy needs a FieldSQL rule, whose lookup's second column names who took the value"))
 	}
 	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 	if len(errs) > 0 {

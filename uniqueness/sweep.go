@@ -105,7 +105,8 @@ func (m *Middleware) sweepScope(ctx context.Context, r *Rule, lk lockstore.Lock,
 // sweepOne drops rv when the lookup shows its value, and expires it when it
 // is pending past maxLag.
 func (m *Middleware) sweepOne(ctx context.Context, r *Rule, rv claimstore.Reservation, res *SweepResult) error {
-	shown, err := r.taken(ctx, rv.Key.ID)
+	found, err := r.taken(ctx, rv.Key.ID)
+	shown := found.Taken
 	if err != nil {
 		return fmt.Errorf("lookup of %s: %w", rv.Key, err)
 	}

@@ -257,15 +257,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("app: claim store: %w", err)
 		}
 	}
-	staffHandler, done := n.createStaff, uniqueness.AlreadyDone(n.staffCreatedBy)
+	staffHandler := n.createStaff
 	if n.model == StaffEvents {
-		staffHandler, done = n.registerStaff, uniqueness.AlreadyDone(n.registeredBy)
+		staffHandler = n.registerStaff
 	}
-	opts := []uniqueness.Option{uniqueness.Normalize(uniqueness.NormalizeEmail), done}
 	unique, err := uniqueness.New(uniqueness.Config{
 		Locker:       n.backend.Locker(),
 		ClaimTimeout: cfg.claimTimeout(),
-		Rules:        []uniqueness.Rule{n.staffEmailRule(opts...)},
+		Rules:        []uniqueness.Rule{n.staffEmailRule()},
 		Logger:       n.log,
 	})
 	if err != nil {

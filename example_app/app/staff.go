@@ -119,13 +119,29 @@ func (n *Node) StaffByEmail(ctx context.Context, email string) ([]Staff, error) 
 // written once, as SQL (uniqueness.FieldSQL), which the lock store also
 // runs in the claim's lock round trip; on SQLite, whose store cannot,
 // staffEmailTaken is the lookup.
-func (n *Node) staffEmailRule(opts ...uniqueness.Option) uniqueness.Rule {
+//
+// A sign-up whose email its own earlier run took is done, not rejected
+// (a replay or a redelivery): in the table model on PostgreSQL the lookup
+// returns the staff id beside the email (uniqueness.TakenBy), so the
+// claim's round trip answers that too; on SQLite staffCreatedBy asks; in
+// the events model registeredBy reads the events, which the read model
+// lags behind.
+func (n *Node) staffEmailRule() uniqueness.Rule {
 	names := uniqueness.Names{Field: "email", Scope: NamespaceStaffEmail}
 	email := func(c *commands.CreateStaff) string { return c.Email }
-	if pg, ok := n.backend.(pgBackend); ok {
-		return uniqueness.FieldSQL(names, email, pg.store.Pool(), `SELECT email FROM staff WHERE email = ANY($1)`, opts...)
+	normalize := uniqueness.Normalize(uniqueness.NormalizeEmail)
+	pg, onPG := n.backend.(pgBackend)
+	switch {
+	case onPG && n.model == StaffEvents:
+		return uniqueness.FieldSQL(names, email, pg.store.Pool(), `SELECT email FROM staff WHERE email = ANY($1)`,
+			normalize, uniqueness.AlreadyDone(n.registeredBy))
+	case onPG:
+		return uniqueness.FieldSQL(names, email, pg.store.Pool(), `SELECT email, staff_id FROM staff WHERE email = ANY($1)`,
+			normalize, uniqueness.TakenBy(func(c *commands.CreateStaff) string { return c.StaffID }))
+	case n.model == StaffEvents:
+		return uniqueness.Field(names, email, n.staffEmailTaken, normalize, uniqueness.AlreadyDone(n.registeredBy))
 	}
-	return uniqueness.Field(names, email, n.staffEmailTaken, opts...)
+	return uniqueness.Field(names, email, n.staffEmailTaken, normalize, uniqueness.AlreadyDone(n.staffCreatedBy))
 }
 
 // staffEmailTaken is the email rule's lookup on SQLite.

@@ -94,11 +94,13 @@ func ReleaseLater(ctx context.Context, l interface{ Release(context.Context) err
 // round trip of its own (see uniqueness.FieldSQL).
 type Probe struct {
 	// SQL is a query with one parameter, $1, an array of text values; it
-	// returns one row per value that is taken, with that value as its only
-	// column. The store runs it once for the values of every request of a
-	// round trip that carries the same SQL, for example
+	// returns one row per value that is taken, with that value as its first
+	// column and, when By is set, a second column of text naming who took
+	// it (Found.By). The store runs it once for the values of every
+	// request of a round trip that carries the same SQL, for example
 	//
 	//	SELECT email FROM staff WHERE email = ANY($1)
+	//	SELECT email, staff_id FROM staff WHERE email = ANY($1)
 	//
 	// It runs as a statement of its own after the statement that took the
 	// lock, so it sees what was committed before the lock was granted. It
@@ -112,14 +114,24 @@ type Probe struct {
 	SQL string
 	// Value is the value SQL is asked about.
 	Value string
+	// By is set when SQL's rows have the second column.
+	By bool
+}
+
+// Found is what a Probe found about its value: whether a row names it,
+// and, for a Probe with By, the row's second column (who took the value;
+// empty when it is NULL).
+type Found struct {
+	Taken bool
+	By    string
 }
 
 // Prober is implemented by stores that can answer a Probe in the round trip
 // that takes a key.
 type Prober[K Key, L any] interface {
 	// TryLockProbe is TryLock that also runs probe once the key is granted,
-	// and reports whether probe found its value taken. When the probe
-	// fails the key is released and TryLockProbe returns the probe's error,
-	// wrapped, and no lock.
-	TryLockProbe(ctx context.Context, key K, probe Probe) (lock L, taken bool, err error)
+	// and reports what probe found. When the probe fails the key is
+	// released and TryLockProbe returns the probe's error, wrapped, and no
+	// lock.
+	TryLockProbe(ctx context.Context, key K, probe Probe) (lock L, found Found, err error)
 }

@@ -184,13 +184,20 @@ func TestReleaseLaterOnATerminatedConnection(t *testing.T) {
 // probeTableSQL creates the table the probes read.
 const probeTableSQL = `CREATE TABLE probe_taken (v text PRIMARY KEY)`
 
-// probeSQL is the probes' query: which of $1 are in probe_taken.
-const probeSQL = `SELECT v FROM probe_taken WHERE v = ANY($1)`
+// probeSQL is the probes' query: which of $1 are in probe_taken;
+// probeBySQL also names who took each ("by-" and the value), and
+// probeNullBySQL names nobody (NULL).
+const (
+	probeSQL       = `SELECT v FROM probe_taken WHERE v = ANY($1)`
+	probeBySQL     = `SELECT v, 'by-' || v FROM probe_taken WHERE v = ANY($1)`
+	probeNullBySQL = `SELECT v, NULL::text FROM probe_taken WHERE v = ANY($1)`
+)
 
 // TestTryLockProbe: the probe runs in the round trip that takes the key
 // and sees what was committed before; many concurrent probes, batched
-// together, each get their own value's answer; a key held elsewhere is
-// ErrLocked as with TryLock.
+// together, each get their own value's answer, with the second column of
+// its row when the probe has one (NULL read as empty); a key held
+// elsewhere is ErrLocked as with TryLock.
 func TestTryLockProbe(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -204,17 +211,28 @@ func TestTryLockProbe(t *testing.T) {
 	require.NoError(t, err)
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 200)
+	errs := make(chan error, 2*200) // a wrong answer and the release's result each
 	for i := range 200 {
 		wg.Go(func() {
 			v := fmt.Sprint("v", i)
-			l, taken, err := s.TryLockProbe(ctx, lockstore.Key{Namespace: "probe", ID: v}, lockext.Probe{SQL: probeSQL, Value: v})
+			probe, by := lockext.Probe{SQL: probeSQL, Value: v}, ""
+			switch i % 3 {
+			case 1:
+				probe.SQL, probe.By, by = probeBySQL, true, "by-"+v
+			case 2:
+				probe.SQL, probe.By = probeNullBySQL, true
+			}
+			want := lockext.Found{}
+			if i%2 == 0 {
+				want = lockext.Found{Taken: true, By: by}
+			}
+			l, found, err := s.TryLockProbe(ctx, lockstore.Key{Namespace: "probe", ID: v}, probe)
 			if err != nil {
 				errs <- err
 				return
 			}
-			if taken != (i%2 == 0) {
-				errs <- fmt.Errorf("%s: taken %v", v, taken)
+			if found != want {
+				errs <- fmt.Errorf("%s: found %+v, want %+v", v, found, want)
 			}
 			errs <- l.Release(ctx)
 		})

@@ -114,8 +114,8 @@ type request struct {
 	queued time.Time // when a lazy unlock was submitted
 
 	// Results, set before done is closed.
-	result *pgLock // lock requests: the grant, nil when the key is taken
-	taken  bool    // lock requests with a probe: the probe found the value
+	result *pgLock       // lock requests: the grant, nil when the key is taken
+	found  lockext.Found // lock requests with a probe: what the probe found
 	// turnPassed: the owner passes the turn of a lock request that failed
 	// after its grant (a failed probe), once its unlock is confirmed.
 	turnPassed bool

@@ -14,10 +14,12 @@ import (
 // The probes of TryLockProbe, pipelined after a round trip's statement.
 
 // probeRun is one probe query of a round trip: the values it asks about
-// and, once run, those it found taken, or its error.
+// and, once run, those it found taken (with the second column of their
+// rows, when the probe returns one), or its error.
 type probeRun struct {
 	values []string
-	taken  map[string]bool
+	by     bool // the probe's rows have a second column (lockext.Probe.By)
+	taken  map[string]string
 	err    error
 }
 
@@ -34,7 +36,7 @@ func probesOf(batch []*request) map[string]*probeRun {
 		}
 		p := probes[r.probe.SQL]
 		if p == nil {
-			p = &probeRun{}
+			p = &probeRun{by: r.probe.By}
 			probes[r.probe.SQL] = p
 		}
 		p.values = append(p.values, r.probe.Value)
@@ -154,7 +156,7 @@ func (c *lockConn) scanProbing(br pgx.BatchResults, n int, withBatch bool, order
 		return nil, 0, fmt.Errorf("set the probes' statement_timeout: %w", err)
 	}
 	for i, p := range order {
-		if p.taken, p.err = scanProbe(br); p.err != nil {
+		if p.taken, p.err = scanProbe(br, p.by); p.err != nil {
 			if c.conn.IsClosed() {
 				return nil, 0, p.err
 			}
@@ -185,20 +187,29 @@ func (c *lockConn) prepareProbe(ctx context.Context, sql string) error {
 	return err
 }
 
-// scanProbe reads the rows of one probe: the values it found taken.
-func scanProbe(br pgx.BatchResults) (map[string]bool, error) {
+// scanProbe reads the rows of one probe: the values it found taken, each
+// with its row's second column (who took it) when by is set.
+func scanProbe(br pgx.BatchResults, by bool) (map[string]string, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	taken := make(map[string]bool)
+	taken := make(map[string]string)
 	for rows.Next() {
 		var v string
-		if err := rows.Scan(&v); err != nil {
+		var who *string
+		dest := []any{&v, &who}
+		if !by {
+			dest = dest[:1]
+		}
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		taken[v] = true
+		taken[v] = ""
+		if who != nil {
+			taken[v] = *who
+		}
 	}
 	rows.Close()
 	return taken, rows.Err()

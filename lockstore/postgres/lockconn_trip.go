@@ -140,7 +140,7 @@ func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 			c.released(r)
 		case r.probe != nil && results[i] != 0:
 			p := probes[r.probe.SQL]
-			r.taken = p.taken[r.probe.Value]
+			r.found.By, r.found.Taken = p.taken[r.probe.Value]
 			if p.err != nil {
 				r.err = p.err
 			}

@@ -193,17 +193,17 @@ func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock,
 }
 
 // TryLockProbe is TryLock that also runs probe in the round trip that
-// takes the key (see lockext.Prober): probe.SQL is pipelined after the
-// batch statement, on the lock connection, once for every request of that
-// round trip with the same SQL, under a statement_timeout of half the
-// time left to the round trip. When the probe fails (on the server, by
+// takes the key, and reports what it found (see lockext.Prober): probe.SQL
+// is pipelined after the batch statement, on the lock connection, once for
+// every request of that round trip with the same SQL, under a
+// statement_timeout of half the time left to the round trip. When the probe fails (on the server, by
 // that timeout, or with a row that does not scan), the key is unlocked and
 // TryLockProbe returns an error (not matching lockstore.ErrLocked or
 // lockstore.ErrUnavailable) naming the probe's error; the other locks on
 // the connection are not affected.
-func (s *Store) TryLockProbe(ctx context.Context, key lockstore.Key, probe lockext.Probe) (lockstore.Lock, bool, error) {
+func (s *Store) TryLockProbe(ctx context.Context, key lockstore.Key, probe lockext.Probe) (lockstore.Lock, lockext.Found, error) {
 	if probe.SQL == "" {
-		return nil, false, fmt.Errorf("postgres: probe of %s: %w", key, errEmptyProbe)
+		return nil, lockext.Found{}, fmt.Errorf("postgres: probe of %s: %w", key, errEmptyProbe)
 	}
 	return s.tryLock(ctx, key, &probe)
 }
@@ -212,23 +212,23 @@ var errEmptyProbe = errors.New("the probe's SQL is empty")
 
 // tryLock is TryLock with probe, when not nil, run in the round trip that
 // takes the key.
-func (s *Store) tryLock(ctx context.Context, key lockstore.Key, probe *lockext.Probe) (lockstore.Lock, bool, error) {
+func (s *Store) tryLock(ctx context.Context, key lockstore.Key, probe *lockext.Probe) (lockstore.Lock, lockext.Found, error) {
 	id, err := s.begin(ctx, key)
 	if err != nil {
-		return nil, false, err
+		return nil, lockext.Found{}, err
 	}
 	if !s.queue.tryTake(id) {
-		return nil, false, fmt.Errorf("%w: %s (held or being taken on this node)", lockstore.ErrLocked, key)
+		return nil, lockext.Found{}, fmt.Errorf("%w: %s (held or being taken on this node)", lockstore.ErrLocked, key)
 	}
-	l, taken, err := s.attemptProbe(ctx, key, id, probe)
+	l, found, err := s.attemptProbe(ctx, key, id, probe)
 	if err != nil {
-		return nil, false, err
+		return nil, lockext.Found{}, err
 	}
 	if l == nil {
 		s.queue.pass(id)
-		return nil, false, fmt.Errorf("%w: %s", lockstore.ErrLocked, key)
+		return nil, lockext.Found{}, fmt.Errorf("%w: %s", lockstore.ErrLocked, key)
 	}
-	return l, taken, nil
+	return l, found, nil
 }
 
 // Lock waits until key is free or ctx ends. Claimants on this node are
@@ -304,12 +304,12 @@ func (s *Store) attempt(ctx context.Context, key lockstore.Key, id LockID) (*pgL
 
 // attemptProbe is attempt with probe, when not nil, run in the round trip
 // that grants the lock; it reports what the probe found.
-func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, probe *lockext.Probe) (*pgLock, bool, error) {
+func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, probe *lockext.Probe) (*pgLock, lockext.Found, error) {
 	if n := s.held.Add(1); n > int64(s.maxHeld) {
 		s.held.Add(-1)
 		s.stats.capacity.Add(1)
 		s.queue.pass(id)
-		return nil, false, fmt.Errorf("postgres: lock %s: the store holds %d locks (Config.MaxHeld): %w", key, s.maxHeld, lockstore.ErrCapacity)
+		return nil, lockext.Found{}, fmt.Errorf("postgres: lock %s: the store holds %d locks (Config.MaxHeld): %w", key, s.maxHeld, lockstore.ErrCapacity)
 	}
 	r := &request{kind: lockRequest, id: id, key: key, probe: probe, done: make(chan struct{})}
 	for {
@@ -325,19 +325,19 @@ func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, 
 		}
 		s.held.Add(-1)
 		s.queue.pass(id)
-		return nil, false, err
+		return nil, lockext.Found{}, err
 	}
 	return s.await(ctx, r)
 }
 
 // await waits for the result of r, a lock request of attemptProbe, and
 // reports what its probe found.
-func (s *Store) await(ctx context.Context, r *request) (*pgLock, bool, error) {
+func (s *Store) await(ctx context.Context, r *request) (*pgLock, lockext.Found, error) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(requestPending, requestAbandoned) {
-			return nil, false, ctx.Err()
+			return nil, lockext.Found{}, ctx.Err()
 		}
 		<-r.done // the result is being delivered: it came first
 	}
@@ -345,9 +345,9 @@ func (s *Store) await(ctx context.Context, r *request) (*pgLock, bool, error) {
 		if !r.turnPassed {
 			s.queue.pass(r.id)
 		}
-		return nil, false, r.err
+		return nil, lockext.Found{}, r.err
 	}
-	return r.result, r.taken, nil
+	return r.result, r.found, nil
 }
 
 // Waiting returns how many claimants on this node wait in key's queue

@@ -54,9 +54,9 @@ func TestProbeFaultsKeepOtherLocks(t *testing.T) {
 
 		// The probe's key is free again, and the connection answers probes.
 		requireEventuallyFree(ctx, t, s, key)
-		lk, taken, err := s.TryLockProbe(ctx, key, lockext.Probe{SQL: `SELECT email FROM staff WHERE email = ANY($1)`, Value: "taken@x.org"})
+		lk, found, err := s.TryLockProbe(ctx, key, lockext.Probe{SQL: `SELECT email FROM staff WHERE email = ANY($1)`, Value: "taken@x.org"})
 		require.NoError(t, err, tc.name)
-		require.True(t, taken, tc.name)
+		require.True(t, found.Taken, tc.name)
 		require.NoError(t, lk.Release(ctx), tc.name)
 	}
 
@@ -72,9 +72,9 @@ func TestProbeFaultsKeepOtherLocks(t *testing.T) {
 				if i%2 == 1 {
 					probe.SQL = `SELECT email FROM staff WHERE email = ANY($1) AND 1/0 = 1`
 				}
-				lk, taken, err := s.TryLockProbe(ctx, key, probe)
+				lk, found, err := s.TryLockProbe(ctx, key, probe)
 				if err == nil {
-					if !taken {
+					if !found.Taken {
 						err = errors.New("the probe did not find the value")
 					}
 					err = errors.Join(err, lk.Release(ctx))
