@@ -92,6 +92,16 @@ func TestTakenByWithoutALookupOfItsOwn(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, done)
 	require.Equal(t, 3, db.n, "no lookup when the command's own told who took the value")
+
+	// A rule for a value type is given pointers to its commands too.
+	vr := FieldSQL(Names{Field: "email", Scope: "staff.email"}, func(c commands.CreateStaff) string { return c.Email },
+		db, `SELECT email, id FROM staff WHERE email = ANY($1)`,
+		TakenBy(func(c commands.CreateStaff) string { return c.StaffID }))
+	require.NoError(t, vr.err)
+	tg = target{key: lockstore.Key{Namespace: "staff.email", ID: "ann@x.org"}, rule: &vr, by: "s1", byKnown: true}
+	done, err = tg.done(ctx, &commands.CreateStaff{StaffID: "s1"})
+	require.NoError(t, err)
+	require.True(t, done, "a *CreateStaff for a rule of CreateStaff")
 }
 
 // queryCounter is a pool that counts its queries.

@@ -98,12 +98,23 @@ func AlreadyDone[C any](f func(ctx context.Context, cmd C, value string) (bool, 
 // reporting true. The lookup that found the value taken tells who took
 // it, in the lock's round trip where the store can run it there; a
 // command that did not run the lookup itself (the claimant before it found
-// the value taken) runs it once more. An empty id never matches. Give
-// TakenBy or AlreadyDone, not both. C must be the rule's command type.
+// the value taken) runs it once more. An empty id, or a NULL in the
+// column, never matches. Give TakenBy or AlreadyDone, not both. C must be
+// the rule's command type.
+//
+// The answer is the lookup's, so TakenBy suits a lookup that reads what
+// the handler writes. Over a read model that lags (Reserve), a redelivery
+// whose write the read model does not show yet finds the value held by a
+// reservation, not by a row, and is rejected: there, use AlreadyDone and
+// read the write side.
 func TakenBy[C any](id func(C) string) Option {
 	o := Option{doneType: reflect.TypeFor[C](), doneName: "TakenBy"}
 	if id != nil {
-		o.takenBy = func(cmd any) string { return id(cmd.(C)) }
+		match := matchFunc(id) // a rule for a value type gets *C commands too
+		o.takenBy = func(cmd any) string {
+			s, _ := match(cmd)
+			return s
+		}
 	}
 	return o
 }
@@ -170,8 +181,9 @@ func Field[C any](names Names, value func(C) string, taken func(ctx context.Cont
 //		uniqueness.Normalize(uniqueness.NormalizeEmail))
 //
 // lookup gets the normalised values as $1, a text array, and returns one
-// row per value that is taken, with that value as its only column; a
-// value is taken when a row names it. On a Locker that is a
+// row per value that is taken, with that value as its only column (with
+// TakenBy, its first, beside who took it); a value is taken when a row
+// names it. On a Locker that is a
 // lockext.Prober (the PostgreSQL store, on the same database) an
 // uncontended claim runs it in the round trip that takes the key, so one
 // round trip serves the lock and the lookup (see lockext.Probe); a claim
@@ -219,7 +231,7 @@ func FieldSQL[C any, R interface {
 			if row == v {
 				found.Taken = true
 				if by != nil {
-					found.By = *by
+					found.By = *by // of several rows, the last that names someone, as the probe reads them
 				}
 			}
 		}
@@ -269,7 +281,7 @@ func newRule[C any](names Names, value func(C) string, taken valueLookup, probe 
 		errs = append(errs, errors.New("both AlreadyDone and TakenBy: give one"))
 	}
 	if r.takenBy != nil && probe == "" {
-		errs = append(errs, errors.New("TakenBy needs a FieldSQL rule, whose lookup's second column names who took the value"))
+		errs = append(errs, errors.New("TakenBy needs a FieldSQL rule with its lookup SQL, whose second column names who took the value"))
 	}
 	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 	if len(errs) > 0 {

@@ -257,6 +257,42 @@ func TestTryLockProbe(t *testing.T) {
 	require.ErrorIs(t, err, errEmptyProbe)
 }
 
+// TestTryLockProbeBySQLAndColumns: requests sharing a round trip and one
+// SQL, read with and without its second column, are two queries: each
+// request gets its own answer, whichever came first (read as one column,
+// two columns do not scan: that request fails, alone).
+func TestTryLockProbeBySQLAndColumns(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+	_, err := pool.Exec(ctx, probeTableSQL+`; INSERT INTO probe_taken SELECT 'w' || i FROM generate_series(0, 39) i`)
+	require.NoError(t, err)
+	s := newTestStore(t, pool, Config{LockConns: 1})
+
+	var wg sync.WaitGroup
+	errs := make([]error, 40)
+	for i := range errs {
+		wg.Go(func() {
+			v := fmt.Sprint("w", i)
+			by := i%2 == 0
+			l, found, err := s.TryLockProbe(ctx, lockstore.Key{Namespace: "probe", ID: v}, lockext.Probe{SQL: probeBySQL, Value: v, By: by})
+			switch {
+			case !by && err == nil:
+				errs[i] = errors.Join(fmt.Errorf("%s: two columns read as one, no error", v), l.Release(ctx))
+			case !by:
+			case err != nil:
+				errs[i] = err
+			case found != lockext.Found{Taken: true, By: "by-" + v}:
+				errs[i] = errors.Join(fmt.Errorf("%s: found %+v", v, found), l.Release(ctx))
+			default:
+				errs[i] = l.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+}
+
 // TestTryLockProbeFailing: a probe the server refuses fails its request,
 // not the connection: no lock is returned, the key is unlocked, and the
 // other requests of the store go on.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/claimbus/claimbus/internal/lockext"
 )
 
 // The probes of TryLockProbe, pipelined after a round trip's statement.
@@ -23,21 +25,32 @@ type probeRun struct {
 	err    error
 }
 
-// probesOf groups the probes of batch's lock requests by their SQL, or
-// returns nil when none has one.
-func probesOf(batch []*request) map[string]*probeRun {
-	var probes map[string]*probeRun
+// probeKey tells a round trip's probe queries apart: the same SQL read
+// with and without its second column is two queries.
+type probeKey struct {
+	sql string
+	by  bool
+}
+
+// keyOf is the probeKey of probe.
+func keyOf(probe *lockext.Probe) probeKey { return probeKey{probe.SQL, probe.By} }
+
+// probesOf groups the probes of batch's lock requests by their SQL (and
+// whether their rows have the second column), or returns nil when none
+// has one.
+func probesOf(batch []*request) map[probeKey]*probeRun {
+	var probes map[probeKey]*probeRun
 	for _, r := range batch {
 		if r.probe == nil {
 			continue
 		}
 		if probes == nil {
-			probes = make(map[string]*probeRun, 1)
+			probes = make(map[probeKey]*probeRun, 1)
 		}
-		p := probes[r.probe.SQL]
+		p := probes[keyOf(r.probe)]
 		if p == nil {
 			p = &probeRun{by: r.probe.By}
-			probes[r.probe.SQL] = p
+			probes[keyOf(r.probe)] = p
 		}
 		p.values = append(p.values, r.probe.Value)
 	}
@@ -61,10 +74,11 @@ func probesOf(batch []*request) map[string]*probeRun {
 // are sent again, in another round trip, while time is left
 // (probeRetryLeft); those still unanswered fail. Only an error of the
 // connection fails the round trip.
-func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[string]*probeRun, args ...any) ([]int64, error) {
+func (c *lockConn) queryProbing(ctx context.Context, n int, probes map[probeKey]*probeRun, args ...any) ([]int64, error) {
 	order := make([]*probeRun, 0, len(probes))
 	sqls := make([]string, 0, len(probes))
-	for sql, p := range probes {
+	for k, p := range probes {
+		sql := k.sql
 		if err := c.prepareProbe(ctx, sql); err != nil {
 			if !isServerError(err) {
 				return nil, err
@@ -206,9 +220,10 @@ func scanProbe(br pgx.BatchResults, by bool) (map[string]string, error) {
 			rows.Close()
 			return nil, err
 		}
-		taken[v] = ""
 		if who != nil {
-			taken[v] = *who
+			taken[v] = *who // of several rows for v, the last that names someone
+		} else if _, seen := taken[v]; !seen {
+			taken[v] = ""
 		}
 	}
 	rows.Close()

@@ -139,7 +139,7 @@ func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 		case r.kind == unlockRequest:
 			c.released(r)
 		case r.probe != nil && results[i] != 0:
-			p := probes[r.probe.SQL]
+			p := probes[keyOf(r.probe)]
 			r.found.By, r.found.Taken = p.taken[r.probe.Value]
 			if p.err != nil {
 				r.err = p.err
