@@ -13,6 +13,7 @@ import (
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/lockstore/postgres"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
 )
@@ -29,6 +30,20 @@ func (d countedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	return d.pool.Query(ctx, sql, args...)
 }
 
+// newProbedBus starts a bus on PostgreSQL whose Uniqueness middleware has
+// the one rule that rule makes on a staff table and a pool counting its
+// queries (the lookups no probe answered, in lookups).
+func newProbedBus(t *testing.T, rule func(table *pgTable, db countedDB) uniqueness.Rule) (b *bus.Bus, store *postgres.Store, h *staffHandler, lookups *atomic.Int64) {
+	t.Helper()
+	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
+	table := newPGTable(t, pool)
+	store = newPGStore(t, pool)
+	lookups = new(atomic.Int64)
+	h = &staffHandler{table: table}
+	mw := newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule(table, countedDB{pool, lookups})}})
+	return newBus(t, bus.Config{Middleware: []middleware.Middleware{mw}}, h), store, h, lookups
+}
+
 // TestProbeAnswersTheUncontendedClaim: with a FieldSQL rule on the
 // PostgreSQL store, an uncontended claim is answered in the lock's round
 // trip: the lookup never runs on the pool, a free email is created and a
@@ -36,13 +51,9 @@ func (d countedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
-	table := newPGTable(t, pool)
-	store := newPGStore(t, pool)
-	var lookups atomic.Int64
-	rule := emailRuleSQL(table, countedDB{pool, &lookups}, staffTakenSQL)
-	h := &staffHandler{table: table}
-	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})}}, h)
+	b, store, h, lookups := newProbedBus(t, func(table *pgTable, db countedDB) uniqueness.Rule {
+		return emailRuleSQL(table, db, staffTakenSQL)
+	})
 
 	for i := range 20 {
 		e := fmt.Sprintf("probe%d@example.org", i)
@@ -65,17 +76,13 @@ func TestProbeAnswersTheUncontendedClaim(t *testing.T) {
 func TestTakenByAnswersInTheLocksRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.PoolConfig{MaxConns: 4})
-	table := newPGTable(t, pool)
-	store := newPGStore(t, pool)
-	var lookups atomic.Int64
-	rule := uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"},
-		func(c *commands.CreateStaff) string { return c.Email }, countedDB{pool, &lookups},
-		`SELECT email, id FROM staff WHERE email = ANY($1)`,
-		uniqueness.Normalize(uniqueness.NormalizeEmail),
-		uniqueness.TakenBy(func(c *commands.CreateStaff) string { return c.StaffID }))
-	h := &staffHandler{table: table}
-	b := newBus(t, bus.Config{Middleware: []middleware.Middleware{newUniqueness(t, uniqueness.Config{Locker: store, Rules: []uniqueness.Rule{rule}})}}, h)
+	b, store, h, lookups := newProbedBus(t, func(_ *pgTable, db countedDB) uniqueness.Rule {
+		return uniqueness.FieldSQL(uniqueness.Names{Field: "email", Scope: "staff.email"},
+			func(c *commands.CreateStaff) string { return c.Email }, db,
+			`SELECT email, id FROM staff WHERE email = ANY($1)`,
+			uniqueness.Normalize(uniqueness.NormalizeEmail),
+			uniqueness.TakenBy(func(c *commands.CreateStaff) string { return c.StaffID }))
+	})
 
 	// Each after the last one's unlock, which rides a later round trip: a
 	// claim that finds the key still held waits, and looks up on the pool.
