@@ -53,7 +53,8 @@ func (n *Node) createStaff(ctx context.Context, c *commands.CreateStaff) (Staff,
 
 // signUp sends c through the bus and returns the member, and whether this
 // command created it. A command the Uniqueness middleware found done (the
-// member with its address has its staff id: see staffEmailRule) is a replay, or a redelivery, of the sign-up that created the member: it
+// member with its address has its staff id: see staffEmailRule) is a
+// replay, or a redelivery, of the sign-up that created the member: it
 // gets the member as stored, and created is false. A replay whose name
 // differs from the one stored is rejected as conflicting_replay and
 // changes nothing.
