@@ -2,11 +2,9 @@ package uniqueness_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,8 +13,8 @@ import (
 	"github.com/claimbus/claimbus/bus"
 	"github.com/claimbus/claimbus/commands"
 	"github.com/claimbus/claimbus/internal/pgtest"
-	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 	"github.com/claimbus/claimbus/lockstore/postgres"
 	"github.com/claimbus/claimbus/middleware"
 	"github.com/claimbus/claimbus/uniqueness"
@@ -95,33 +93,16 @@ func TestTakenByAnswersInTheLocksRoundTrip(t *testing.T) {
 	id, err := bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s1", Email: "ann@x.org", Name: "Ann"})
 	require.NoError(t, err)
 	require.Equal(t, "s1", id)
-	requireFreeOnThisNode(t, store, key)
+	lockstoretest.WaitTakeable(t, store, key)
 	id, err = bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s1", Email: " ANN@x.org", Name: "Ann"})
 	require.NoError(t, err, "a retry of the command that took the email is done")
 	require.Empty(t, id, "done: its handler did not run")
-	requireFreeOnThisNode(t, store, key)
+	lockstoretest.WaitTakeable(t, store, key)
 	_, err = bus.Dispatch[string](ctx, b, &commands.CreateStaff{StaffID: "s2", Email: "ann@x.org", Name: "Bob"})
 	require.ErrorIs(t, err, middleware.ErrAlreadyTaken)
 	require.EqualValues(t, 1, h.runs.Load())
 	require.Zero(t, lookups.Load(), "the probes told who took the email")
 	requireNothingHeld(t, store)
-}
-
-// requireFreeOnThisNode waits until store takes key at once, then gives
-// it back: the server may show a lock gone before the node has passed its
-// turn on, and only then is the next claim of key uncontended.
-func requireFreeOnThisNode(t *testing.T, store *postgres.Store, key lockstore.Key) {
-	t.Helper()
-	ctx := context.Background()
-	testwait.Until(t, waitFor, time.Millisecond, func() bool {
-		lk, err := store.TryLock(ctx, key)
-		if errors.Is(err, lockstore.ErrLocked) {
-			return false
-		}
-		require.NoError(t, err)
-		require.NoError(t, lk.Release(ctx))
-		return true
-	}, "%v is still held on this node", key)
 }
 
 // TestProbeStormAcrossTwoNodesOnPostgres is the two-node storm with a

@@ -218,13 +218,14 @@ func FieldSQL[C any, R interface {
 		}
 		defer rows.Close()
 		var found lockext.Found
+		var row string
+		var by *string
+		dest := []any{&row, &by}
+		if !withBy {
+			dest = dest[:1]
+		}
 		for rows.Next() {
-			var row string
-			var by *string
-			dest := []any{&row, &by}
-			if !withBy {
-				dest = dest[:1]
-			}
+			by = nil
 			if err := rows.Scan(dest...); err != nil {
 				return lockext.Found{}, err
 			}

@@ -1,6 +1,11 @@
 package lockstoretest
 
 import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/claimbus/claimbus/internal/lockext"
@@ -56,4 +61,24 @@ func testReleaseLaterLetsTheWaiterIn(b *bundle) {
 	next := b.awaitLock(waiter, "the waiter after ReleaseLater")
 	require.Greater(b.t, next.Token(), l.Token())
 	require.NoError(b.t, next.Release(b.ctx))
+}
+
+// WaitTakeable waits, up to Timeout, until l takes key at once, and gives
+// it back. A store may finish a release after its caller has moved on (the
+// PostgreSQL store's ReleaseLater, the unlock of a failed probe), and may
+// show the key free on the server before its own node passes the key's
+// turn on; after WaitTakeable a claim of key on l is uncontended. An error
+// other than lockstore.ErrLocked fails the test.
+func WaitTakeable(t testing.TB, l lockstore.Locker, key lockstore.Key) {
+	t.Helper()
+	ctx := context.Background()
+	testwait.Until(t, Timeout, time.Millisecond, func() bool {
+		lk, err := l.TryLock(ctx, key)
+		if errors.Is(err, lockstore.ErrLocked) {
+			return false
+		}
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+		return true
+	}, "%v cannot be taken at once", key)
 }

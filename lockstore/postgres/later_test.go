@@ -14,6 +14,7 @@ import (
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 )
 
 // newLazyStore opens a store with one lock connection, so that every
@@ -312,23 +313,8 @@ func TestTryLockProbeFailing(t *testing.T) {
 	require.NotErrorIs(t, err, lockstore.ErrLocked)
 	require.NotErrorIs(t, err, lockstore.ErrUnavailable)
 
-	freeOn(ctx, t, other, key) // unlocked on the server
-	freeOn(ctx, t, s, key)     // and free on this node
+	lockstoretest.WaitTakeable(t, other, key) // unlocked on the server
+	lockstoretest.WaitTakeable(t, s, key)     // and free on this node
 	require.Equal(t, pid, connPIDs(s)[0], "the connection was kept")
 	require.Zero(t, s.Stats().LocksLost)
-}
-
-// freeOn waits until other, another store on the same database, takes key,
-// and releases it: the server no longer holds it for anyone.
-func freeOn(ctx context.Context, t *testing.T, other *Store, key lockstore.Key) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("another store takes %s", key), func() bool {
-		l, err := other.TryLock(ctx, key)
-		if errors.Is(err, lockstore.ErrLocked) {
-			return false
-		}
-		require.NoError(t, err)
-		require.NoError(t, l.Release(ctx))
-		return true
-	})
 }

@@ -209,13 +209,14 @@ func scanProbe(br pgx.BatchResults, by bool) (map[string]string, error) {
 		return nil, err
 	}
 	taken := make(map[string]string)
+	var v string
+	var who *string
+	dest := []any{&v, &who}
+	if !by {
+		dest = dest[:1]
+	}
 	for rows.Next() {
-		var v string
-		var who *string
-		dest := []any{&v, &who}
-		if !by {
-			dest = dest[:1]
-		}
+		who = nil
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return nil, err

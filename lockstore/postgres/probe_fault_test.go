@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/pgtest"
 	"github.com/claimbus/claimbus/lockstore"
+	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 )
 
 // TestProbeFaultsKeepOtherLocks: a probe that is slow (pg_sleep past the
@@ -53,7 +53,7 @@ func TestProbeFaultsKeepOtherLocks(t *testing.T) {
 		require.Equal(t, pid, connPIDs(s)[0], "%s: the lock connection was not replaced", tc.name)
 
 		// The probe's key is free again, and the connection answers probes.
-		requireEventuallyFree(ctx, t, s, key)
+		lockstoretest.WaitTakeable(t, s, key)
 		lk, found, err := s.TryLockProbe(ctx, key, lockext.Probe{SQL: `SELECT email FROM staff WHERE email = ANY($1)`, Value: "taken@x.org"})
 		require.NoError(t, err, tc.name)
 		require.True(t, found.Taken, tc.name)
@@ -98,18 +98,4 @@ func TestProbeFaultsKeepOtherLocks(t *testing.T) {
 	default:
 	}
 	require.NoError(t, other.Release(ctx), "the other lock was held throughout")
-}
-
-// requireEventuallyFree waits until key can be taken on s (a failed
-// probe's unlock is on its way) and releases it.
-func requireEventuallyFree(ctx context.Context, t *testing.T, s *Store, key lockstore.Key) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		lk, err := s.TryLock(ctx, key)
-		if err != nil {
-			return false
-		}
-		require.NoError(t, lk.Release(ctx))
-		return true
-	}, 5*time.Second, 5*time.Millisecond, "%s free again", key)
 }
