@@ -101,8 +101,8 @@ func TestServeMetricsAfterStorm(t *testing.T) {
 		}
 		return l
 	}
-	require.EqualValues(t, created, value(t, m, "claimbus_commands_total", with("claimbus_outcome", "ok")))
-	require.EqualValues(t, taken, value(t, m, "claimbus_commands_total", with("claimbus_outcome", "rejected")))
+	require.EqualValues(t, created, value(t, m, "claimbus_command_duration_seconds", with("claimbus_outcome", "ok")))
+	require.EqualValues(t, taken, value(t, m, "claimbus_command_duration_seconds", with("claimbus_outcome", "rejected")))
 	require.EqualValues(t, taken, value(t, m, "claimbus_rejections_total", with("claimbus_rejection_code", "already_taken")))
 	require.EqualValues(t, created+taken, value(t, m, "claimbus_command_duration_seconds", name))
 	require.EqualValues(t, created, value(t, m, "claimbus_claim_hold_duration_seconds", name))

@@ -37,7 +37,6 @@ const (
 
 // Names of the instruments.
 const (
-	metricCommands         = "claimbus.commands"
 	metricRejections       = "claimbus.rejections"
 	metricCommandDuration  = "claimbus.command.duration"
 	metricClaimWait        = "claimbus.claim.wait.duration"
@@ -63,7 +62,6 @@ var durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0
 
 // instruments are the instruments of one Telemetry.
 type instruments struct {
-	commands        metric.Int64Counter
 	rejections      metric.Int64Counter
 	commandDuration metric.Float64Histogram
 	claimWait       metric.Float64Histogram
@@ -101,9 +99,8 @@ func (in *instruments) init(m metric.Meter) error {
 		keep(err)
 		return c
 	}
-	in.commands = counter(metricCommands, "{command}", "Commands handled, by name and outcome.")
 	in.rejections = counter(metricRejections, "{rejection}", "Commands rejected, by name, code and field.")
-	in.commandDuration = histogram(metricCommandDuration, "Time from a command's first hook to its last, by name and outcome.")
+	in.commandDuration = histogram(metricCommandDuration, "Time from a command's first hook to its last, by name and outcome; its count is the commands handled.")
 	in.claimWait = histogram(metricClaimWait, "Wait for one claim, its lock and lookups included, by field.")
 	in.claimHold = histogram(metricClaimHold, "Time a command held its claims, by command name.")
 	in.locksHeld = gauge(metricLocksHeld, "{lock}", "Locks a store holds now.")

@@ -126,9 +126,9 @@ func TestMetrics(t *testing.T) {
 
 	m := collect(t, reader)
 	name := attrCommandName.String(bb.CommandName(&CreateUser{}))
-	require.EqualValues(t, created, sumOf(t, m[metricCommands], name, attrOutcome.String("ok")))
-	require.EqualValues(t, duplicates, sumOf(t, m[metricCommands], name, attrOutcome.String("rejected")))
-	require.EqualValues(t, failed, sumOf(t, m[metricCommands], name, attrOutcome.String("error")))
+	require.EqualValues(t, created, histCount(t, m[metricCommandDuration], name, attrOutcome.String("ok")))
+	require.EqualValues(t, duplicates, histCount(t, m[metricCommandDuration], name, attrOutcome.String("rejected")))
+	require.EqualValues(t, failed, histCount(t, m[metricCommandDuration], name, attrOutcome.String("error")))
 	require.EqualValues(t, duplicates, sumOf(t, m[metricRejections],
 		attrRejectionCode.String(middleware.CodeAlreadyTaken), attrRejectionField.String("email")))
 	require.EqualValues(t, created+duplicates+failed, histCount(t, m[metricCommandDuration], name))

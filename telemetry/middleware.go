@@ -45,13 +45,15 @@ func (t *Telemetry) BeforeDispatch(_ context.Context, p *middleware.Pipeline) {
 	p.SetContext(observe.ContextWithTracer(ctx, c))
 }
 
-// AfterDispatch ends the command's span and counts it as done.
+// AfterDispatch ends the command's span and measures its duration.
 func (t *Telemetry) AfterDispatch(_ context.Context, p *middleware.Pipeline) { t.end(p) }
 
-// AfterFailure ends the command's span with its outcome and counts it.
+// AfterFailure ends the command's span with its outcome and measures its
+// duration.
 func (t *Telemetry) AfterFailure(_ context.Context, p *middleware.Pipeline) { t.end(p) }
 
-// end ends the command of p: its span, its counts and its duration.
+// end ends the command of p: its span, its rejection count and its
+// duration.
 func (t *Telemetry) end(p *middleware.Pipeline) {
 	// Found in the pipeline's context, which the later hooks derive from
 	// the one BeforeDispatch set (see middleware.Pipeline.SetContext): no
@@ -93,9 +95,7 @@ func (t *Telemetry) end(p *middleware.Pipeline) {
 	if span.IsRecording() {
 		span.SetAttributes(attrs[:n]...)
 	}
-	o := c.names.outcome[outcome]
-	t.inst.commands.Add(c.ctx, 1, o.add...)
-	t.inst.commandDuration.Record(c.ctx, time.Since(c.start).Seconds(), o.record...)
+	t.inst.commandDuration.Record(c.ctx, time.Since(c.start).Seconds(), c.names.outcome[outcome]...)
 	span.End()
 }
 

@@ -14,7 +14,7 @@ import (
 // builds no span name nor attribute set of its own.
 type names struct {
 	span    string
-	outcome map[string]options // by outcome: name and outcome
+	outcome map[string][]metric.RecordOption // by outcome: name and outcome
 	name    attribute.KeyValue
 	hold    []metric.RecordOption // the command's name
 	// rejections are the options of the rejections counter, by code and
@@ -22,16 +22,15 @@ type names struct {
 	rejections sync.Map // rejectionKey → []metric.AddOption
 }
 
-// options are the attributes of a measurement as ready-made option slices:
-// a variadic slice built per call escapes and allocates.
-type options struct {
-	add    []metric.AddOption
-	record []metric.RecordOption
+// recordOptions and addOptions are the attributes of a measurement as a
+// ready-made option slice: a variadic slice built per call escapes and
+// allocates.
+func recordOptions(kv ...attribute.KeyValue) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
 }
 
-func optionsOf(set attribute.Set) options {
-	o := metric.WithAttributeSet(set)
-	return options{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
+func addOptions(kv ...attribute.KeyValue) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
 }
 
 type rejectionKey struct{ code, field string }
@@ -41,10 +40,10 @@ func (t *Telemetry) namesOf(name string) *names {
 	if n, ok := t.names.Load(name); ok {
 		return n.(*names)
 	}
-	n := &names{span: "handle " + name, name: attrCommandName.String(name), outcome: make(map[string]options, 3)}
-	n.hold = optionsOf(attribute.NewSet(n.name)).record
+	n := &names{span: "handle " + name, name: attrCommandName.String(name), outcome: make(map[string][]metric.RecordOption, 3)}
+	n.hold = recordOptions(n.name)
 	for _, o := range []string{outcomeOK, outcomeRejected, outcomeError} {
-		n.outcome[o] = optionsOf(attribute.NewSet(n.name, attrOutcome.String(o)))
+		n.outcome[o] = recordOptions(n.name, attrOutcome.String(o))
 	}
 	v, _ := t.names.LoadOrStore(name, n)
 	return v.(*names)
@@ -56,7 +55,7 @@ func (n *names) rejection(code, field string) []metric.AddOption {
 	if o, ok := n.rejections.Load(k); ok {
 		return o.([]metric.AddOption)
 	}
-	o := optionsOf(attribute.NewSet(n.name, attrRejectionCode.String(code), attrRejectionField.String(field))).add
+	o := addOptions(n.name, attrRejectionCode.String(code), attrRejectionField.String(field))
 	v, _ := n.rejections.LoadOrStore(k, o)
 	return v.([]metric.AddOption)
 }
@@ -83,7 +82,7 @@ func (t *Telemetry) stepOptionsOf(step, detail string) *stepOptions {
 	}
 	o := &stepOptions{start: []trace.SpanStartOption{trace.WithAttributes(attr)}}
 	for i, failed := range []bool{false, true} {
-		o.wait[i] = optionsOf(attribute.NewSet(attr, attrStepFailed.Bool(failed))).record
+		o.wait[i] = recordOptions(attr, attrStepFailed.Bool(failed))
 	}
 	v, _ := t.steps.LoadOrStore(k, o)
 	return v.(*stepOptions)

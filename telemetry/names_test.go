@@ -16,7 +16,6 @@ const (
 	attrStore          = attribute.Key("claimbus.store")
 	attrStepFailed     = attribute.Key("claimbus.step.failed")
 
-	metricCommands         = "claimbus.commands"
 	metricRejections       = "claimbus.rejections"
 	metricCommandDuration  = "claimbus.command.duration"
 	metricClaimWait        = "claimbus.claim.wait.duration"
