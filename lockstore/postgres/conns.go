@@ -62,8 +62,8 @@ func (s *Store) rebalanceLocked() {
 }
 
 // accepting reports whether new grants may go to c (full aside): a base
-// connection always (while it is down they fail fast), an extra one once
-// connected, until it retires.
+// connection always (while it is down they go to another that is up, or
+// fail fast), an extra one once connected, until it retires.
 func (c *lockConn) accepting() bool {
 	if c.base {
 		return true
@@ -124,6 +124,7 @@ func (s *Store) retireIdle(c *lockConn) bool {
 	}
 	c.retired = true
 	c.up = false
+	c.avail.Store(connDown)
 	c.pid = 0
 	c.mu.Unlock()
 	s.conns = slices.DeleteFunc(s.conns, func(o *lockConn) bool { return o == c })

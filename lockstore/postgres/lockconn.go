@@ -60,6 +60,10 @@ type lockConn struct {
 	// Config.LocksPerConn and cleared when it falls to three quarters.
 	load atomic.Int64
 	full atomic.Bool
+	// avail says whether a new request would go out at once, wait for a
+	// round trip in flight, or fail (see connFor). Only the owner
+	// goroutine sets it.
+	avail atomic.Int32
 
 	mu      sync.Mutex
 	up      bool   // conn is connected and requests are accepted
@@ -76,6 +80,14 @@ type lockConn struct {
 	eager int
 	held  map[LockID]*pgLock
 }
+
+// Availability of a lock connection for a new request (lockConn.avail),
+// worst first.
+const (
+	connDown     int32 = iota // not connected: a request fails at once
+	connInFlight              // a round trip in flight: a request waits for it
+	connFree                  // a request goes out at once
+)
 
 type requestKind uint8
 
@@ -132,7 +144,7 @@ func (r *request) finish() {
 }
 
 func newLockConn(s *Store, index int, base bool) *lockConn {
-	return &lockConn{
+	return &lockConn{ // avail: connDown until connected
 		s:     s,
 		index: index,
 		base:  base,

@@ -65,6 +65,7 @@ func (c *lockConn) setup(ctx context.Context, conn *pgx.Conn, id sessionID) erro
 	c.mu.Lock()
 	c.gen++
 	c.up = true
+	c.avail.Store(connFree)
 	// The server's pid, not the one in the connection's BackendKeyData: a
 	// pooler in session mode gives the client a key of its own.
 	c.pid = id.pid
@@ -251,6 +252,7 @@ func (c *lockConn) shutdown() {
 func (c *lockConn) retire() {
 	c.mu.Lock()
 	c.retired = true
+	c.avail.Store(connDown)
 	c.mu.Unlock()
 	c.s.removeConn(c)
 }
@@ -271,6 +273,7 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	}
 	c.mu.Lock()
 	c.up = false
+	c.avail.Store(connDown)
 	c.pid = 0
 	if closing {
 		c.closed = true

@@ -63,10 +63,12 @@ func (c *lockConn) flush() {
 			}
 		}
 		c.mu.Unlock()
+		c.avail.Store(connInFlight)
 		if err := c.roundTrip(c.s.tripCtx, batch); err != nil {
-			c.fail(err, batch)
+			c.fail(err, batch) // down
 			return
 		}
+		c.avail.Store(connFree)
 	}
 }
 

@@ -176,17 +176,29 @@ func (l *pgLock) end(cause error) afterlost.Chain {
 }
 
 // connFor is the lock connection a new grant of id goes to: one of the
-// active set (see rebalance), spread by lock id. An unlock goes to the
-// lock's own connection.
+// active set (see rebalance), spread by lock id, unless another is more
+// available (see lockConn.avail): a claim does not queue behind a round
+// trip while a connection is free, nor fail while one is up. An unlock
+// goes to the lock's own connection.
 func (s *Store) connFor(id LockID) *lockConn {
 	active := *s.active.Load()
-	return active[mixLockID(id)>>32%uint64(len(active))]
+	c := active[mixLockID(id)>>32%uint64(len(active))]
+	best, avail := c, c.avail.Load()
+	for _, o := range active {
+		if avail == connFree {
+			break
+		}
+		if a := o.avail.Load(); a > avail {
+			best, avail = o, a
+		}
+	}
+	return best
 }
 
 // TryLock takes key now, or fails with lockstore.ErrLocked when another
 // claimant holds it, on this node or any other. It fails fast with an error
 // matching lockstore.ErrUnavailable while key's lock connection is being
-// replaced.
+// replaced and no other is up.
 func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
 	l, _, err := s.tryLock(ctx, key, nil)
 	return l, err
@@ -239,8 +251,8 @@ func (s *Store) tryLock(ctx context.Context, key lockstore.Key, probe *lockext.P
 // step), so
 // that a wait never blocks a lock connection shared with other keys. It
 // fails fast with an error matching lockstore.ErrUnavailable while key's
-// lock connection is being replaced, and with lockstore.ErrClosed when the
-// store closes.
+// lock connection is being replaced and no other is up, and with
+// lockstore.ErrClosed when the store closes.
 func (s *Store) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
 	id, err := s.begin(ctx, key)
 	if err != nil {

@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/claimbus/claimbus/internal/lockext"
 	"github.com/claimbus/claimbus/internal/pgtest"
+	"github.com/claimbus/claimbus/internal/testwait"
 	"github.com/claimbus/claimbus/lockstore"
 	"github.com/claimbus/claimbus/lockstore/lockstoretest"
 )
@@ -108,4 +111,113 @@ func TestNewWithoutCreatePrivilege(t *testing.T) {
 	_, err = New(ctx, pool, Config{})
 	require.ErrorContains(t, err, `create schema "claimbus"`)
 	require.ErrorContains(t, err, "permission denied")
+}
+
+// TestTryLockDoesNotQueueBehindABusyConnection: a try-lock whose lock
+// connection has a round trip in flight goes to another connection that
+// has none, instead of waiting for that round trip to end.
+func TestTryLockDoesNotQueueBehindABusyConnection(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dsn := pgtest.DSN(t)
+	// A round trip may last 40s, its probe 20s (half of it): the test ends
+	// the slow one, not a timeout.
+	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "spill"}),
+		Config{LockConns: 2, LeaseBound: 80 * time.Second, KeepAlive: 20 * time.Second, Timeout: 40 * time.Second})
+	admin := pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "spill-admin"})
+
+	// The test holds advisory lock (7, 7) on a session of its own, and a
+	// probe asks for it shared: the round trip carrying the probe stays in
+	// flight until the test lets go.
+	gate, err := admin.Acquire(ctx)
+	require.NoError(t, err)
+	defer gate.Release()
+	_, err = gate.Exec(ctx, "SELECT pg_advisory_lock(7, 7)")
+	require.NoError(t, err)
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			_, err := gate.Exec(ctx, "SELECT pg_advisory_unlock(7, 7)")
+			require.NoError(t, err)
+		}
+	}
+	defer unlock()
+
+	busy := (*s.active.Load())[0]
+	slowKey, fastKey := keyOn(t, s, busy, "slow"), keyOn(t, s, busy, "fast")
+	probe := lockext.Probe{SQL: `SELECT v FROM unnest($1::text[]) AS t(v), LATERAL (SELECT pg_advisory_xact_lock_shared(7, 7)) AS w`, Value: "x"}
+	slow := make(chan error, 1)
+	go func() {
+		l, _, err := s.TryLockProbe(ctx, slowKey, probe)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		slow <- err
+	}()
+	waitFor(t, "the probe waits for the test's lock", func() bool {
+		var n int
+		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 7 AND objid = 7`).Scan(&n))
+		return n == 1
+	})
+
+	l, err := s.TryLock(ctx, fastKey)
+	require.NoError(t, err)
+	require.Empty(t, slow, "taken while the other round trip was still in flight")
+	require.NotSame(t, busy, l.(*pgLock).c, "on the connection without a round trip in flight")
+	require.NoError(t, l.Release(ctx))
+	unlock()
+	require.NoError(t, testwait.Recv(t, slow, 20*time.Second, "the slow try-lock"))
+}
+
+// keyOn returns a key whose lock id spreads to c (see connFor), with an id
+// that starts with prefix.
+func keyOn(t *testing.T, s *Store, c *lockConn, prefix string) lockstore.Key {
+	t.Helper()
+	active := *s.active.Load()
+	for i := 0; ; i++ {
+		k := lockstore.Key{Namespace: "spill", ID: fmt.Sprint(prefix, i)}
+		id, err := s.lockID(k)
+		require.NoError(t, err)
+		if active[mixLockID(id)>>32%uint64(len(active))] == c {
+			return k
+		}
+	}
+}
+
+// TestTryLockWhileItsConnectionIsDown: while one lock connection is down
+// (its session ended, and the server refuses new sessions), a try-lock
+// whose key spreads to it goes to another that is up instead of failing
+// with lockstore.ErrUnavailable.
+func TestTryLockWhileItsConnectionIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dsn := pgtest.DSN(t)
+	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "down"}), Config{LockConns: 2})
+	// The administrator's session is on another database: the test's own
+	// is the one that refuses new sessions.
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	db := cfg.Database
+	cfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, admin.Close(context.Background())) }()
+	allow := func(yes bool) {
+		_, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS %t", pgx.Identifier{db}.Sanitize(), yes))
+		require.NoError(t, err)
+	}
+	allow(false)
+	defer allow(true)
+
+	down := (*s.active.Load())[1]
+	terminateBackend(ctx, t, admin, connPIDs(s)[down.index])
+	waitFor(t, "the connection is down", func() bool { return down.avail.Load() == connDown })
+	l, err := s.TryLock(ctx, keyOn(t, s, down, "down"))
+	require.NoError(t, err, "taken on the connection that is up")
+	require.NotSame(t, down, l.(*pgLock).c)
+	require.NoError(t, l.Release(ctx))
+
+	allow(true)
+	waitFor(t, "the connection is back", func() bool { return down.avail.Load() == connFree })
 }
