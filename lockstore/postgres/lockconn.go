@@ -61,8 +61,9 @@ type lockConn struct {
 	load atomic.Int64
 	full atomic.Bool
 	// avail says whether a new request would go out at once, wait for a
-	// round trip in flight, or fail (see connFor). Only the owner
-	// goroutine sets it.
+	// round trip in flight, or fail (see connFor). Only the goroutine that
+	// runs the connection sets it (New's while it connects, then the
+	// owner's).
 	avail atomic.Int32
 
 	mu      sync.Mutex
