@@ -12,7 +12,8 @@ var (
 	// namespace or id (see Key.Validate).
 	ErrInvalidKey = errors.New("lockstore: invalid key")
 	// ErrUnavailable is returned while a store cannot reach its backend (for
-	// PostgreSQL: while a lock connection is being replaced).
+	// PostgreSQL: while no lock connection is up, or a key's lock was lost
+	// with a connection that is being replaced).
 	ErrUnavailable = errors.New("lockstore: unavailable")
 	// ErrTimeout is returned when a wait for a lock ran out on the server's
 	// side (for PostgreSQL: lock_timeout).

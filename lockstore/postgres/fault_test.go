@@ -410,3 +410,69 @@ func TestSilentServerIsNoticedByPing(t *testing.T) {
 	require.Greater(t, l2.Token(), l.Token())
 	require.NoError(t, l2.Release(ctx))
 }
+
+// TestOrphanedKeyFailsFastUntilItsConnectionIsBack: a lock connection gone
+// silent (its backend stopped) is dropped while its old session still holds
+// its locks. Until the connection is back, a claim of such a key fails fast
+// with ErrUnavailable on it, not with ErrLocked on the other connection,
+// which would say that a live owner holds the key; a key it did not hold
+// goes to the other connection.
+func TestOrphanedKeyFailsFastUntilItsConnectionIsBack(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	cluster := pgtest.NewCluster(t)
+	pool := pgtest.Connect(t, cluster.DSN(), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-orphan"})
+	const keepAlive, timeout = 200 * time.Millisecond, 300 * time.Millisecond
+	s := newTestStore(t, pool, Config{LockConns: 2, KeepAlive: keepAlive, Timeout: timeout, ReconnectBackoff: 50 * time.Millisecond})
+	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "orphan", ID: "1"})
+	require.NoError(t, err)
+	silent := l.(*pgLock).c
+	pid := int(connPIDs(s)[silent.index])
+
+	// No new session until the test allows it, so the silent connection
+	// stays down. The administrator's session is on another database.
+	cfg, err := pgx.ParseConfig(cluster.DSN())
+	require.NoError(t, err)
+	db := cfg.Database
+	cfg.Database = "template1"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, admin.Close(context.Background())) }()
+	allow := func(yes bool) {
+		_, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS %t", pgx.Identifier{db}.Sanitize(), yes))
+		require.NoError(t, err)
+	}
+	allow(false)
+	defer allow(true)
+
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP backend %d of the private cluster", pid)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	requireClosedWithin(t, l.Lost(), 10*(keepAlive+timeout), "Lost of a lock on a silent connection")
+
+	_, err = s.TryLock(ctx, l.Key())
+	require.ErrorIs(t, err, lockstore.ErrUnavailable, "the old session may still hold it: fail fast")
+	require.NotErrorIs(t, err, lockstore.ErrLocked)
+	fresh, err := s.TryLock(ctx, keyOn(t, s, silent, "fresh"))
+	require.NoError(t, err, "a key the silent connection did not hold goes to the other")
+	require.NotSame(t, silent, fresh.(*pgLock).c)
+	require.NoError(t, fresh.Release(ctx))
+
+	// Once the old backend runs again it finds its socket closed and exits,
+	// which frees its lock; the connection comes back.
+	resume()
+	allow(true)
+	waitFor(t, "reconnected", func() bool { p := connPIDs(s)[silent.index]; return p != 0 && int(p) != pid })
+	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l2, err := s.Lock(lockCtx, l.Key())
+	require.NoError(t, err, "the old session's lock was freed")
+	require.Greater(t, l2.Token(), l.Token())
+	require.NoError(t, l2.Release(ctx))
+}

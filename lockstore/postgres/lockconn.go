@@ -80,6 +80,9 @@ type lockConn struct {
 	// it is 0, lazy unlocks wait for company (see flush).
 	eager int
 	held  map[LockID]*pgLock
+	// orphans are the ids of the locks the connection held, or was taking,
+	// when it went down, until it is back (see drop and connFor).
+	orphans map[LockID]struct{}
 }
 
 // Availability of a lock connection for a new request (lockConn.avail),

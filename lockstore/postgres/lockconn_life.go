@@ -65,6 +65,7 @@ func (c *lockConn) setup(ctx context.Context, conn *pgx.Conn, id sessionID) erro
 	c.mu.Lock()
 	c.gen++
 	c.up = true
+	c.orphans = nil
 	c.avail.Store(connFree)
 	// The server's pid, not the one in the connection's BackendKeyData: a
 	// pooler in session mode gives the client a key of its own.
@@ -167,12 +168,14 @@ func (c *lockConn) idle() {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		sent := time.Now()
 		pctx, pcancel := context.WithDeadline(c.s.ctx, c.deadline(sent))
+		c.avail.Store(connInFlight)
 		err := c.conn.Ping(pctx)
 		pcancel()
 		if err != nil {
 			c.fail(fmt.Errorf("ping: %w", err), nil)
 			return
 		}
+		c.avail.Store(connFree)
 		c.confirmed = sent
 	default:
 		// Woken by submit: run flushes.
@@ -261,6 +264,24 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	// A round trip cut short by Close fails like any other: report it as
 	// the store closing, not as the connection being down.
 	closing = closing || c.s.ctx.Err() != nil
+	if !closing {
+		// The old session may hold these a while yet (a server that ends it
+		// frees its locks after saying so; a silent one, later): until this
+		// connection is back, their claims come here and fail fast, not
+		// elsewhere with ErrLocked (see connFor).
+		c.mu.Lock()
+		c.orphans = make(map[LockID]struct{}, len(c.held)+len(inflight))
+		for id := range c.held {
+			c.orphans[id] = struct{}{}
+		}
+		for _, r := range inflight {
+			if r.kind == lockRequest {
+				c.orphans[r.id] = struct{}{}
+			}
+		}
+		c.mu.Unlock()
+	}
+	c.avail.Store(connDown)
 	if c.conn != nil {
 		if closing {
 			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.Timeout)
@@ -273,7 +294,6 @@ func (c *lockConn) drop(cause error, inflight []*request, closing bool) {
 	}
 	c.mu.Lock()
 	c.up = false
-	c.avail.Store(connDown)
 	c.pid = 0
 	if closing {
 		c.closed = true

@@ -62,8 +62,8 @@ func (c *lockConn) flush() {
 				c.eager--
 			}
 		}
+		c.avail.Store(connInFlight) // under c.mu: a request queued now waits for this round trip
 		c.mu.Unlock()
-		c.avail.Store(connInFlight)
 		if err := c.roundTrip(c.s.tripCtx, batch); err != nil {
 			c.fail(err, batch) // down
 			return
@@ -135,6 +135,9 @@ func (c *lockConn) roundTrip(base context.Context, batch []*request) error {
 		// In doubt: close the connection rather than guess what it holds.
 		return notHeld
 	}
+	// Free before the callers get their answers: one that sends again at
+	// once finds its connection free (see flush's yield).
+	c.avail.Store(connFree)
 	now := time.Now()
 	for i, r := range batch {
 		switch {

@@ -178,27 +178,42 @@ func (l *pgLock) end(cause error) afterlost.Chain {
 // connFor is the lock connection a new grant of id goes to: one of the
 // active set (see rebalance), spread by lock id, unless another is more
 // available (see lockConn.avail): a claim does not queue behind a round
-// trip while a connection is free, nor fail while one is up. An unlock
-// goes to the lock's own connection.
+// trip while a connection is free, nor fail while another active one is
+// up. A key whose lock a connection lost when it went down stays with it
+// until it is back: its old session may still hold the lock, and a claim
+// elsewhere would be refused as if a live owner held it. An unlock goes to
+// the lock's own connection.
 func (s *Store) connFor(id LockID) *lockConn {
 	active := *s.active.Load()
-	c := active[mixLockID(id)>>32%uint64(len(active))]
-	best, avail := c, c.avail.Load()
-	for _, o := range active {
-		if avail == connFree {
-			break
+	n := len(active)
+	first := int(mixLockID(id) >> 32 % uint64(n))
+	best, avail := active[first], active[first].avail.Load()
+	for i := range n {
+		o := active[(first+i)%n]
+		a := o.avail.Load()
+		if a == connDown && o.orphaned(id) {
+			return o
 		}
-		if a := o.avail.Load(); a > avail {
+		if a > avail {
 			best, avail = o, a
 		}
 	}
 	return best
 }
 
+// orphaned reports whether id is among c's orphans.
+func (c *lockConn) orphaned(id LockID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.orphans[id]
+	return ok
+}
+
 // TryLock takes key now, or fails with lockstore.ErrLocked when another
 // claimant holds it, on this node or any other. It fails fast with an error
-// matching lockstore.ErrUnavailable while key's lock connection is being
-// replaced and no other is up.
+// matching lockstore.ErrUnavailable while no active lock connection is up,
+// or while the one that lost key's lock when it went down is being
+// replaced (see connFor).
 func (s *Store) TryLock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
 	l, _, err := s.tryLock(ctx, key, nil)
 	return l, err
@@ -250,9 +265,10 @@ func (s *Store) tryLock(ctx context.Context, key lockstore.Key, probe *lockext.P
 // Config.PollInterval (each wait with jitter, so that nodes do not poll in
 // step), so
 // that a wait never blocks a lock connection shared with other keys. It
-// fails fast with an error matching lockstore.ErrUnavailable while key's
-// lock connection is being replaced and no other is up, and with
-// lockstore.ErrClosed when the store closes.
+// fails fast with an error matching lockstore.ErrUnavailable while no
+// active lock connection is up, or while the one that lost key's lock is
+// being replaced (see connFor), and with lockstore.ErrClosed when the
+// store closes.
 func (s *Store) Lock(ctx context.Context, key lockstore.Key) (lockstore.Lock, error) {
 	id, err := s.begin(ctx, key)
 	if err != nil {

@@ -157,7 +157,8 @@ func TestTryLockDoesNotQueueBehindABusyConnection(t *testing.T) {
 	}()
 	waitFor(t, "the probe waits for the test's lock", func() bool {
 		var n int
-		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 7 AND objid = 7`).Scan(&n))
+		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 7 AND objid = 7
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
 		return n == 1
 	})
 
