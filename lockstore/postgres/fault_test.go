@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -372,43 +373,22 @@ func TestNewConcurrentlyCreatesTheSchemaOnce(t *testing.T) {
 func TestSilentServerIsNoticedByPing(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cluster := pgtest.NewCluster(t)
-	pool := pgtest.Connect(t, cluster.DSN(), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-silent"})
-	const keepAlive, timeout = 200 * time.Millisecond, 300 * time.Millisecond
-	s := newTestStore(t, pool, Config{LockConns: 1, KeepAlive: keepAlive, Timeout: timeout, ReconnectBackoff: 50 * time.Millisecond})
-	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "silent", ID: "1"})
-	require.NoError(t, err)
+	_, s, l := newSilenceStore(ctx, t, "silent", 1)
 	pid := int(connPIDs(s)[0])
 
-	// pgtest.NewCluster runs the server on this machine, as this test's
-	// user or (for root) as postgres: the test may always signal it.
-	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP),
-		"SIGSTOP the backend process %d of the private cluster: the test must be able to signal the server's processes (run it as root, or as the user the cluster runs as)", pid)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
+	resume := stopBackend(t, pid)
 	start := time.Now()
-	requireClosedWithin(t, l.Lost(), 10*(keepAlive+timeout), "Lost of a lock on a silent connection")
+	requireClosedWithin(t, l.Lost(), 10*(silentKeepAlive+silentTimeout), "Lost of a lock on a silent connection")
 	noticed := time.Since(start)
-	t.Logf("a silent lock connection was noticed after %v (KeepAlive %v + Timeout %v)", noticed, keepAlive, timeout)
-	require.GreaterOrEqual(t, noticed, timeout, "noticed by the ping timing out, not by the socket closing")
+	t.Logf("a silent lock connection was noticed after %v (KeepAlive %v + Timeout %v)", noticed, silentKeepAlive, silentTimeout)
+	require.GreaterOrEqual(t, noticed, silentTimeout, "noticed by the ping timing out, not by the socket closing")
 
 	// Meanwhile the store has replaced the connection on a new backend.
 	// Once the old backend runs again it finds its socket closed and exits,
 	// which frees its lock.
 	waitFor(t, "reconnected", func() bool { p := connPIDs(s)[0]; return p != 0 && int(p) != pid })
 	resume()
-	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	l2, err := s.Lock(lockCtx, l.Key())
-	require.NoError(t, err, "the old session's lock was freed")
-	require.Greater(t, l2.Token(), l.Token())
-	require.NoError(t, l2.Release(ctx))
+	requireRetaken(ctx, t, s, l)
 }
 
 // TestOrphanedKeyFailsFastUntilItsConnectionIsBack: a lock connection gone
@@ -420,43 +400,17 @@ func TestSilentServerIsNoticedByPing(t *testing.T) {
 func TestOrphanedKeyFailsFastUntilItsConnectionIsBack(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cluster := pgtest.NewCluster(t)
-	pool := pgtest.Connect(t, cluster.DSN(), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-orphan"})
-	const keepAlive, timeout = 200 * time.Millisecond, 300 * time.Millisecond
-	s := newTestStore(t, pool, Config{LockConns: 2, KeepAlive: keepAlive, Timeout: timeout, ReconnectBackoff: 50 * time.Millisecond})
-	l, err := s.TryLock(ctx, lockstore.Key{Namespace: "orphan", ID: "1"})
-	require.NoError(t, err)
+	cluster, s, l := newSilenceStore(ctx, t, "orphan", 2)
 	silent := l.(*pgLock).c
 	pid := int(connPIDs(s)[silent.index])
 
 	// No new session until the test allows it, so the silent connection
-	// stays down. The administrator's session is on another database.
-	cfg, err := pgx.ParseConfig(cluster.DSN())
-	require.NoError(t, err)
-	db := cfg.Database
-	cfg.Database = "template1"
-	admin, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, admin.Close(context.Background())) }()
-	allow := func(yes bool) {
-		_, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS %t", pgx.Identifier{db}.Sanitize(), yes))
-		require.NoError(t, err)
-	}
-	allow(false)
-	defer allow(true)
+	// stays down.
+	_, allow := refuseSessions(ctx, t, cluster.DSN(), "template1")
+	resume := stopBackend(t, pid)
+	requireClosedWithin(t, l.Lost(), 10*(silentKeepAlive+silentTimeout), "Lost of a lock on a silent connection")
 
-	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP backend %d of the private cluster", pid)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
-	requireClosedWithin(t, l.Lost(), 10*(keepAlive+timeout), "Lost of a lock on a silent connection")
-
-	_, err = s.TryLock(ctx, l.Key())
+	_, err := s.TryLock(ctx, l.Key())
 	require.ErrorIs(t, err, lockstore.ErrUnavailable, "the old session may still hold it: fail fast")
 	require.NotErrorIs(t, err, lockstore.ErrLocked)
 	fresh, err := s.TryLock(ctx, keyOn(t, s, silent, "fresh"))
@@ -467,12 +421,76 @@ func TestOrphanedKeyFailsFastUntilItsConnectionIsBack(t *testing.T) {
 	// Once the old backend runs again it finds its socket closed and exits,
 	// which frees its lock; the connection comes back.
 	resume()
-	allow(true)
+	allow()
 	waitFor(t, "reconnected", func() bool { p := connPIDs(s)[silent.index]; return p != 0 && int(p) != pid })
+	requireRetaken(ctx, t, s, l)
+}
+
+// requireRetaken requires that s takes l's key again within 10 seconds,
+// with a greater token, once l's old session has ended.
+func requireRetaken(ctx context.Context, t *testing.T, s *Store, l lockstore.Lock) {
+	t.Helper()
 	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l2, err := s.Lock(lockCtx, l.Key())
 	require.NoError(t, err, "the old session's lock was freed")
 	require.Greater(t, l2.Token(), l.Token())
 	require.NoError(t, l2.Release(ctx))
+}
+
+// The KeepAlive and Timeout of newSilenceStore's store.
+const silentKeepAlive, silentTimeout = 200 * time.Millisecond, 300 * time.Millisecond
+
+// newSilenceStore opens a store of conns lock connections on a private
+// cluster, whose backends the test may stop (stopBackend), noticing a
+// silent one within silentKeepAlive + silentTimeout, and takes the key
+// name/1 on it.
+func newSilenceStore(ctx context.Context, t *testing.T, name string, conns int) (*pgtest.Cluster, *Store, lockstore.Lock) {
+	t.Helper()
+	cluster := pgtest.NewCluster(t)
+	pool := pgtest.Connect(t, cluster.DSN(), pgtest.PoolConfig{MaxConns: 2, ApplicationName: "node-" + name})
+	s := newTestStore(t, pool, Config{LockConns: conns, KeepAlive: silentKeepAlive, Timeout: silentTimeout, ReconnectBackoff: 50 * time.Millisecond})
+	l, err := s.TryLock(ctx, lockstore.Key{Namespace: name, ID: "1"})
+	require.NoError(t, err)
+	return cluster, s, l
+}
+
+// stopBackend stops backend pid with SIGSTOP, and returns the function that
+// resumes it (once; it also runs when t ends). pgtest.NewCluster runs the
+// server on this machine, as this test's user or (for root) as postgres:
+// the test may always signal it.
+func stopBackend(t *testing.T, pid int) (resume func()) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP),
+		"SIGSTOP the backend process %d of the private cluster: the test must be able to signal the server's processes (run it as root, or as the user the cluster runs as)", pid)
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// refuseSessions makes the database of dsn refuse new sessions until allow
+// (or the end of t) lets them in again. It returns the administrator's
+// session that did it, on the database adminDB of the same server, since a
+// session cannot close its own database.
+func refuseSessions(ctx context.Context, t *testing.T, dsn, adminDB string) (admin *pgx.Conn, allow func()) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	db := pgx.Identifier{cfg.Database}.Sanitize()
+	cfg.Database = adminDB
+	admin, err = pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	set := func(yes bool) {
+		_, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS %t", db, yes))
+		require.NoError(t, err)
+	}
+	set(false)
+	var once sync.Once
+	allow = func() { once.Do(func() { set(true) }) }
+	t.Cleanup(func() {
+		allow()
+		require.NoError(t, admin.Close(context.Background()))
+	})
+	return admin, allow
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -195,21 +194,7 @@ func TestTryLockWhileItsConnectionIsDown(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := pgtest.DSN(t)
 	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2, ApplicationName: "down"}), Config{LockConns: 2})
-	// The administrator's session is on another database: the test's own
-	// is the one that refuses new sessions.
-	cfg, err := pgx.ParseConfig(dsn)
-	require.NoError(t, err)
-	db := cfg.Database
-	cfg.Database = "postgres"
-	admin, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, admin.Close(context.Background())) }()
-	allow := func(yes bool) {
-		_, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS %t", pgx.Identifier{db}.Sanitize(), yes))
-		require.NoError(t, err)
-	}
-	allow(false)
-	defer allow(true)
+	admin, allow := refuseSessions(ctx, t, dsn, "postgres")
 
 	down := (*s.active.Load())[1]
 	terminateBackend(ctx, t, admin, connPIDs(s)[down.index])
@@ -219,6 +204,6 @@ func TestTryLockWhileItsConnectionIsDown(t *testing.T) {
 	require.NotSame(t, down, l.(*pgLock).c)
 	require.NoError(t, l.Release(ctx))
 
-	allow(true)
+	allow()
 	waitFor(t, "the connection is back", func() bool { return down.avail.Load() == connFree })
 }
