@@ -68,7 +68,6 @@ func (c *lockConn) flush() {
 			c.fail(err, batch) // down
 			return
 		}
-		c.avail.Store(connFree)
 	}
 }
 
@@ -266,6 +265,7 @@ func (c *lockConn) settleCapacity(ctx context.Context, batch []*request, ns, ids
 		return fmt.Errorf("settle a batch after %q: %w", cause.Message, err)
 	}
 	c.confirmed = sent
+	c.avail.Store(connFree) // before the answers, as in roundTrip
 	capErr := fmt.Errorf("postgres: the server's lock table is full (%s; raise max_locks_per_transaction, or lower Config.MaxHeld): %w",
 		cause.Message, lockstore.ErrCapacity)
 	for _, r := range batch {

@@ -186,7 +186,7 @@ func (l *pgLock) end(cause error) afterlost.Chain {
 func (s *Store) connFor(id LockID) *lockConn {
 	active := *s.active.Load()
 	n := len(active)
-	first := int(mixLockID(id) >> 32 % uint64(n))
+	first := spread(id, n)
 	best, avail := active[first], active[first].avail.Load()
 	for i := range n {
 		o := active[(first+i)%n]
@@ -200,6 +200,9 @@ func (s *Store) connFor(id LockID) *lockConn {
 	}
 	return best
 }
+
+// spread is the index, of n lock connections, that id spreads to.
+func spread(id LockID, n int) int { return int(mixLockID(id) >> 32 % uint64(n)) }
 
 // orphaned reports whether id is among c's orphans.
 func (c *lockConn) orphaned(id LockID) bool {

@@ -179,7 +179,7 @@ func keyOn(t *testing.T, s *Store, c *lockConn, prefix string) lockstore.Key {
 		k := lockstore.Key{Namespace: "spill", ID: fmt.Sprint(prefix, i)}
 		id, err := s.lockID(k)
 		require.NoError(t, err)
-		if active[mixLockID(id)>>32%uint64(len(active))] == c {
+		if active[spread(id, len(active))] == c {
 			return k
 		}
 	}
