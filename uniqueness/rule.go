@@ -210,8 +210,9 @@ func FieldSQL[C any, R interface {
 	if lookup == "" {
 		errs = append(errs, errors.New("empty lookup SQL"))
 	}
-	var withBy bool // the rule has TakenBy: the lookup's rows have two columns
-	r := newRule(names, value, func(ctx context.Context, v string) (lockext.Found, error) {
+	// With TakenBy the lookup's rows have two columns.
+	withBy := slices.ContainsFunc(opts, func(o Option) bool { return o.takenBy != nil })
+	return newRule(names, value, func(ctx context.Context, v string) (lockext.Found, error) {
 		rows, err := db.Query(ctx, lookup, []string{v})
 		if err != nil {
 			return lockext.Found{}, err
@@ -238,8 +239,6 @@ func FieldSQL[C any, R interface {
 		}
 		return found, rows.Err()
 	}, lookup, errs, opts)
-	withBy = r.takenBy != nil
-	return r
 }
 
 // newRule is the rule of Field and FieldSQL: taken is its lookup, probe
