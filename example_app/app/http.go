@@ -17,7 +17,7 @@ const healthTimeout = 2 * time.Second
 
 // Handler returns the node's HTTP API (JSON in, JSON out):
 //
-//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay; Idempotency-Key header: every repeat gets the first answer)
+//	POST /staff                     {staff_id, email, name}            201 Staff (200 for a replay, or a redelivery whose first run committed; Idempotency-Key header: every repeat gets the first answer)
 //	GET  /staff/{id}                                                    200 Staff (from the read model: it lags in the events model)
 //	GET  /staff?email=X                                                 200 [Staff] (at most one)
 //	POST /wallets                   {wallet_id, currency, balance}      201 Wallet (set-up)
