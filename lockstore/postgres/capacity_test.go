@@ -271,3 +271,57 @@ func TestLockConnsGrowAndShrink(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 }
+
+// TestTryLockRacingCloseOnARetiredConnection: a TryLock whose only active
+// connection, an extra one, retired while the store began to close (the
+// active set no longer changes then) returns ErrClosed once Close runs; it
+// does not retry that connection for ever.
+func TestTryLockRacingCloseOnARetiredConnection(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dsn := pgtest.DSN(t)
+	admin := serialAdmin(t, dsn)
+	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}),
+		Config{LockConns: 1, LocksPerConn: 1, MaxHeld: 10})
+
+	// The base connection is full with one lock: an extra one opens and
+	// takes the new grants alone.
+	_, err := s.TryLock(ctx, capKey(0))
+	require.NoError(t, err)
+	var extra *lockConn
+	waitFor(t, "an extra connection taking grants", func() bool {
+		active := *s.active.Load()
+		extra = active[0]
+		return len(active) == 1 && !extra.base && extra.avail.Load() != connDown
+	})
+
+	// Close has begun (no connection opens, the active set stays), and
+	// the extra connection's session ends: it retires.
+	s.connsMu.Lock()
+	s.closing = true
+	s.connsMu.Unlock()
+	extra.mu.Lock()
+	pid := extra.pid
+	extra.mu.Unlock()
+	terminateBackend(ctx, t, admin, pid)
+	waitFor(t, "the extra connection retired", func() bool {
+		extra.mu.Lock()
+		defer extra.mu.Unlock()
+		return extra.retired
+	})
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.TryLock(ctx, capKey(1))
+		done <- err
+	}()
+	// The TryLock counts in held once it tries a connection.
+	waitFor(t, "the TryLock trying a connection", func() bool { return s.held.Load() == 2 })
+	require.NoError(t, s.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, lockstore.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the TryLock still retries the retired connection after Close")
+	}
+}

@@ -349,10 +349,15 @@ func (s *Store) attemptProbe(ctx context.Context, key lockstore.Key, id LockID, 
 			break
 		}
 		if errors.Is(err, errRetired) {
-			// An extra connection went away since the active set was read:
-			// the next read no longer has it.
-			runtime.Gosched()
-			continue
+			if s.closed.Load() {
+				// The active set no longer changes once Close begins.
+				err = lockstore.ErrClosed
+			} else {
+				// An extra connection went away since the active set was
+				// read: the next read no longer has it.
+				runtime.Gosched()
+				continue
+			}
 		}
 		s.held.Add(-1)
 		s.queue.pass(id)
