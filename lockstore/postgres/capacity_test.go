@@ -30,14 +30,20 @@ func ownLocks(ctx context.Context, t *testing.T, admin *pgx.Conn, s *Store) int 
 
 func capKey(i int) lockstore.Key { return lockstore.Key{Namespace: "cap", ID: fmt.Sprint(i)} }
 
+// adminStore returns a store with cfg on a pool of 2 connections, and an
+// administrator's connection to the same database.
+func adminStore(t *testing.T, cfg Config) (*Store, *pgx.Conn) {
+	dsn := pgtest.DSN(t)
+	admin := serialAdmin(t, dsn)
+	return newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}), cfg), admin
+}
+
 // TestMaxHeldRefusesOneRequest: past Config.MaxHeld a TryLock or Lock
 // fails alone with ErrCapacity; the held locks stay held.
 func TestMaxHeldRefusesOneRequest(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	dsn := pgtest.DSN(t)
-	admin := serialAdmin(t, dsn)
-	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}), Config{MaxHeld: 20})
+	s, admin := adminStore(t, Config{MaxHeld: 20})
 
 	var locks []lockstore.Lock
 	for i := range 20 {
@@ -198,10 +204,7 @@ func TestServerLockTableFull(t *testing.T) {
 func TestLockConnsGrowAndShrink(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	dsn := pgtest.DSN(t)
-	admin := serialAdmin(t, dsn)
-	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}),
-		Config{LockConns: 2, LocksPerConn: 10, MaxHeld: 100, KeepAlive: 20 * time.Millisecond})
+	s, admin := adminStore(t, Config{LockConns: 2, LocksPerConn: 10, MaxHeld: 100, KeepAlive: 20 * time.Millisecond})
 
 	// ready: two connections take new grants (rebalance opens more until
 	// LockConns do), and none of them is full.
@@ -279,10 +282,7 @@ func TestLockConnsGrowAndShrink(t *testing.T) {
 func TestTryLockRacingCloseOnARetiredConnection(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	dsn := pgtest.DSN(t)
-	admin := serialAdmin(t, dsn)
-	s := newTestStore(t, pgtest.Connect(t, dsn, pgtest.PoolConfig{MaxConns: 2}),
-		Config{LockConns: 1, LocksPerConn: 1, MaxHeld: 10})
+	s, admin := adminStore(t, Config{LockConns: 1, LocksPerConn: 1, MaxHeld: 10})
 
 	// The base connection is full with one lock: an extra one opens and
 	// takes the new grants alone.
