@@ -291,8 +291,11 @@ func TestTryLockRacingCloseOnARetiredConnection(t *testing.T) {
 	var extra *lockConn
 	waitFor(t, "an extra connection taking grants", func() bool {
 		active := *s.active.Load()
+		if len(active) != 1 || active[0].base {
+			return false
+		}
 		extra = active[0]
-		return len(active) == 1 && !extra.base && extra.avail.Load() != connDown
+		return extra.avail.Load() != connDown
 	})
 
 	// Close has begun (no connection opens, the active set stays), and
