@@ -217,27 +217,12 @@ func FieldSQL[C any, R interface {
 		if err != nil {
 			return lockext.Found{}, err
 		}
-		defer rows.Close()
-		var found lockext.Found
-		var row string
-		var by *string
-		dest := []any{&row, &by}
-		if !withBy {
-			dest = dest[:1]
+		taken, err := lockext.ScanTaken(rows, withBy)
+		if err != nil {
+			return lockext.Found{}, err
 		}
-		for rows.Next() {
-			by = nil
-			if err := rows.Scan(dest...); err != nil {
-				return lockext.Found{}, err
-			}
-			if row == v {
-				found.Taken = true
-				if by != nil {
-					found.By = *by // of several rows, the last that names someone, as the probe reads them
-				}
-			}
-		}
-		return found, rows.Err()
+		by, ok := taken[v]
+		return lockext.Found{Taken: ok, By: by}, nil
 	}, lookup, errs, opts)
 }
 

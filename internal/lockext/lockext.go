@@ -126,6 +126,40 @@ type Found struct {
 	By    string
 }
 
+// Rows are the rows of a Probe's SQL, as pgx.Rows reads them.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Close()
+	Err() error
+}
+
+// ScanTaken reads and closes the rows of a Probe's SQL: the values found
+// taken, each with who took it when by is set (the Probe's By). Of several
+// rows for one value, the last that names someone wins.
+func ScanTaken(rows Rows, by bool) (map[string]string, error) {
+	defer rows.Close()
+	taken := make(map[string]string)
+	var v string
+	var who *string
+	dest := []any{&v, &who}
+	if !by {
+		dest = dest[:1]
+	}
+	for rows.Next() {
+		who = nil
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		if who != nil {
+			taken[v] = *who
+		} else if _, seen := taken[v]; !seen {
+			taken[v] = ""
+		}
+	}
+	return taken, rows.Err()
+}
+
 // Prober is implemented by stores that can answer a Probe in the round trip
 // that takes a key.
 type Prober[K Key, L any] interface {

@@ -201,32 +201,11 @@ func (c *lockConn) prepareProbe(ctx context.Context, sql string) error {
 	return err
 }
 
-// scanProbe reads the rows of one probe: the values it found taken, each
-// with its row's second column (who took it) when by is set.
+// scanProbe reads the rows of one probe (see lockext.ScanTaken).
 func scanProbe(br pgx.BatchResults, by bool) (map[string]string, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	taken := make(map[string]string)
-	var v string
-	var who *string
-	dest := []any{&v, &who}
-	if !by {
-		dest = dest[:1]
-	}
-	for rows.Next() {
-		who = nil
-		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if who != nil {
-			taken[v] = *who // of several rows for v, the last that names someone
-		} else if _, seen := taken[v]; !seen {
-			taken[v] = ""
-		}
-	}
-	rows.Close()
-	return taken, rows.Err()
+	return lockext.ScanTaken(rows, by)
 }
