@@ -1,5 +1,6 @@
 // Package lockstoretest is the conformance suite every lockstore backend
-// passes, and the fake clock that drives leases in tests.
+// passes, the fake clock that drives leases in tests, and WaitTakeable for
+// tests on a store whose release ends after its caller moved on.
 //
 // A backend's test calls Run with a function that returns a fresh store:
 //
