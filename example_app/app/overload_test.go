@@ -14,6 +14,7 @@ import (
 
 	"github.com/claimbus/claimbus/example_app/app"
 	"github.com/claimbus/claimbus/internal/testlog"
+	"github.com/claimbus/claimbus/internal/testwait"
 )
 
 // countTo is a query that counts to n, the work of slowInserts.
@@ -166,7 +167,14 @@ func TestSQLiteOverloadAnswersWithinClaimWait(t *testing.T) {
 	require.Zero(t, node.BackstopViolations())
 
 	// Once the storm has passed, a sign-up goes through: no turn was
-	// left taken.
+	// left taken. A command answered 504 after its handler started runs
+	// on (its answer came before its outcome): the storm has passed when
+	// no claim or write turn is held or waited for. Every request's
+	// deadline has passed, so no handler starts after that.
+	testwait.Until(t, 10*time.Second, time.Millisecond, func() bool {
+		st := store.Stats()
+		return st.Held == 0 && st.Waiting == 0
+	}, "the handlers still running after their 504s end")
 	srv = httptest.NewServer(node.Handler())
 	defer srv.Close()
 	r := send(t, "POST", srv.URL+"/staff", `{"staff_id":"after","email":"after@example.org","name":"A"}`)
